@@ -1,0 +1,110 @@
+// swa-decode: sliding-window decode attention over a paged fp8 KV cache (DeepSeek-V4 shape).
+//
+// One entry point, `decode`, takes a plain argument struct of raw pointers, shapes and strides, so
+// any framework can call it. It never allocates, never synchronizes and never prints on the CUDA
+// path: it can be captured in a CUDA graph. The exact semantics (which entries are valid, the sink,
+// the LSE convention) are written in docs/semantics.md and enforced in one place
+// (src/api/validate.cpp + src/common/window_rule.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;  // cudaStream_t without pulling CUDA headers into every consumer.
+
+namespace swa_decode {
+
+// Element types the arguments may carry. Which argument accepts which is listed on the field.
+enum class DType : int32_t { kBFloat16 = 0, kFloat32 = 1, kInt32 = 2, kInt64 = 3, kFloat8E4M3 = 4 };
+
+// Where the pointers live and where the work runs. kCpu runs the float64 reference (slow, exact).
+enum class Backend : int32_t { kCuda = 0, kCpu = 1 };
+
+enum class StatusCode : int32_t {
+  kOk = 0,
+  kInvalidArgument = 1,  // a pointer, shape, stride or dtype is wrong; the message names it
+  kNotSupported = 2,     // valid input that no kernel of this build runs (e.g. head_dim 96 on GPU)
+  kCudaError = 3,        // a CUDA call failed; the message carries cudaGetErrorString
+};
+
+struct Status {
+  StatusCode code = StatusCode::kOk;
+  std::string message;  // empty when ok; otherwise names the argument, expected and actual value
+  bool ok() const { return code == StatusCode::kOk; }
+};
+
+// All strides are in elements of the tensor's own dtype (bytes for the e4m3 cache).
+struct DecodeArgs {
+  // ---- shapes ----
+  int64_t num_tokens = 0;   // T: decode rows (requests x speculative drafts); 0 is a valid no-op
+  int64_t num_heads = 0;    // H: query heads, 1..128
+  int64_t head_dim = 512;   // D: GPU kernels run 512; the CPU backend any positive value
+  int64_t num_blocks = 0;   // pages in the cache
+  int64_t block_size = 0;   // tokens per page (DeepSeek-V4 serving uses 256)
+  int64_t window_size = 128;  // W: columns of `indices` read per token, 1..1024
+  float scale = 0.0f;         // softmax scale, usually head_dim^-0.5; must be finite
+
+  // ---- q: [T, H, D] bf16, unit stride in D ----
+  const void* q = nullptr;
+  int64_t stride_q_token = 0;
+  int64_t stride_q_head = 0;
+
+  // ---- kv_cache: [num_blocks, block_size, D] e4m3 bytes, unit stride in D.
+  // stride_kv_token may exceed D (e.g. 576 or 584 bytes per row in padded formats).
+  const void* kv_cache = nullptr;
+  int64_t stride_kv_block = 0;
+  int64_t stride_kv_token = 0;
+
+  // ---- inv_scale: [num_scales] bf16 or fp32, one per slot (slot = block * block_size + offset);
+  // a row dequantizes as e4m3 * inv_scale[slot]. num_scales >= num_blocks * block_size.
+  const void* inv_scale = nullptr;
+  DType inv_scale_dtype = DType::kBFloat16;
+  int64_t num_scales = 0;
+
+  // ---- indices: [T, index_cols] int32 or int64 slot ids, -1 = no entry; the first window_size
+  // columns of each row are read, so index_cols >= window_size.
+  const void* indices = nullptr;
+  DType index_dtype = DType::kInt32;
+  int64_t index_cols = 0;
+  int64_t stride_indices_token = 0;
+
+  // ---- lens: [T] int32 or int64, contiguous. Negative counts as 0 (CUDA-graph padding rows).
+  const void* lens = nullptr;
+  DType lens_dtype = DType::kInt32;
+
+  // ---- optional: attn_sink [H] fp32 per-head sink logit, or nullptr for none. -inf = no sink.
+  const float* attn_sink = nullptr;
+
+  // ---- optional: lse [T, H] fp32 natural-log sum-exp of the scores WITHOUT the sink, or nullptr.
+  float* lse = nullptr;
+  int64_t stride_lse_token = 0;
+
+  // ---- out: [T, H, D] bf16, unit stride in D ----
+  void* out = nullptr;
+  int64_t stride_out_token = 0;
+  int64_t stride_out_head = 0;
+
+  Backend backend = Backend::kCuda;
+  CUstream_st* stream = nullptr;  // CUDA stream; nullptr = legacy default stream
+};
+
+// What would run for a given shape, decided without touching the data or launching anything.
+struct SupportInfo {
+  bool supported = false;
+  std::string kernel;   // e.g. "portable_mma_h16x2", "sm90_wgmma", "cpu_reference"
+  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (1 for the CPU path)
+  std::string why_not;  // filled when !supported: which argument, what was expected, what was seen
+};
+
+// Validates `args` (shapes, strides, dtypes, null pointers) and answers what would run on
+// `device_ordinal` (ignored for Backend::kCpu; -1 = the current device). Reads no tensor data.
+SupportInfo query_support(const DecodeArgs& args, int device_ordinal = -1);
+
+// Runs the op. On Backend::kCuda it enqueues on args.stream and returns at once (no sync); the
+// pointers must be device memory. On Backend::kCpu it computes in float64 on host pointers.
+Status decode(const DecodeArgs& args) noexcept;
+
+// Semantic version of the library, e.g. "0.1.0".
+const char* version() noexcept;
+
+}  // namespace swa_decode

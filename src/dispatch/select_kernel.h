@@ -1,0 +1,37 @@
+// The one place that decides which kernel runs for a shape on a device. Pure: no CUDA calls, so it
+// is unit-tested on machines without a GPU and also answers query_support().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace swa_decode {
+
+enum class KernelId : int32_t { kNone = 0, kPortableMma = 1, kSm90Wgmma = 2 };
+
+// What the selection needs to know about the problem (already validated by src/api/).
+struct DecodeShape {
+  int64_t num_tokens;
+  int64_t num_heads;
+  int64_t head_dim;
+  int64_t window_size;
+};
+
+// What the selection needs to know about the GPU (read once by the caller via cudaGetDeviceProperties).
+struct DeviceInfo {
+  int32_t cc_major;
+  int32_t cc_minor;
+  int32_t num_sms;
+  int64_t smem_optin_bytes;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+};
+
+struct KernelChoice {
+  KernelId id = KernelId::kNone;
+  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds
+  std::string name;                 // stable, printed by the bench and query_support
+  std::string why_not;              // set when id == kNone
+};
+
+KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device);
+
+}  // namespace swa_decode
