@@ -15,6 +15,12 @@ struct DecodeShape {
   int64_t num_heads;
   int64_t head_dim;
   int64_t window_size;
+  // Largest power of two <= 16 dividing the kv_cache address and both its strides (bytes): rows
+  // are copied in pieces of this width, and below 4 bytes no GPU kernel runs.
+  int32_t kv_row_alignment;
+  // q and out rows are read and written 16 bytes at a time: their addresses and token/head strides
+  // must be multiples of 8 elements (16 bytes).
+  bool q_out_aligned_16;
 };
 
 // What the selection needs to know about the GPU (read once by the caller via cudaGetDeviceProperties).

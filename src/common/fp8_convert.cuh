@@ -1,0 +1,38 @@
+// e4m3 -> bf16, exactly. Every e4m3 value (subnormals, +-0, NaN) is representable in bf16, so the
+// kernels keep the cache's exact values in the tensor-core operands and apply the per-token inverse
+// scale to the fp32 scores and probabilities instead (docs/perf-notes.md, "scale factoring").
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+namespace swa_decode {
+
+// Two e4m3 codes (low byte first) -> packed bf16x2 (low half first). Goes through f16, which also
+// holds every e4m3 value exactly; on sm_89+ the first step is one cvt instruction.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
+  const __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// Four e4m3 codes packed in a u32 -> two bf16x2 words.
+__device__ __forceinline__ void e4m3x4_to_bf16x4(uint32_t codes, uint32_t& lo, uint32_t& hi) {
+  lo = e4m3x2_to_bf16x2(static_cast<uint16_t>(codes & 0xFFFFu));
+  hi = e4m3x2_to_bf16x2(static_cast<uint16_t>(codes >> 16));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+}  // namespace swa_decode

@@ -1,0 +1,72 @@
+// Gathers a token's valid entries into a dense list in shared memory, in column order, once per
+// CTA. After this, masking is only "key index < num_valid": holes (-1), out-of-range ids and
+// columns past the length are skipped instead of computed and masked, and no kernel re-derives the
+// rule (src/common/window_rule.h).
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/params.h"
+#include "src/common/window_rule.h"
+
+namespace swa_decode {
+
+__device__ __forceinline__ int64_t load_token_length(const DecodeParams& p, int token) {
+  return p.lens_is_i64 ? static_cast<const int64_t*>(p.lens)[token]
+                       : static_cast<int64_t>(static_cast<const int32_t*>(p.lens)[token]);
+}
+
+__device__ __forceinline__ int64_t load_slot_id(const DecodeParams& p, int token, int column) {
+  const int64_t offset = token * p.stride_indices_token + column;
+  return p.index_is_i64 ? static_cast<const int64_t*>(p.indices)[offset]
+                        : static_cast<int64_t>(static_cast<const int32_t*>(p.indices)[offset]);
+}
+
+__device__ __forceinline__ float load_inv_scale(const DecodeParams& p, int64_t slot) {
+  if (p.inv_scale_is_f32) return static_cast<const float*>(p.inv_scale)[slot];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p.inv_scale)[slot]);
+}
+
+// Writes, for each valid entry of `token` in column order, the byte offset of its cache row from
+// p.kv_cache to s_row_offset[0, n) and its inverse scale to s_inv_scale[0, n); returns n. The
+// 64-bit slot -> (block, offset) division happens here once per entry, not once per copy.
+// s_warp_counts needs kThreads / 32 ints. Ends with a barrier.
+template <int kThreads>
+__device__ int compact_window(const DecodeParams& p, int token, int64_t* s_row_offset, float* s_inv_scale,
+                              int* s_warp_counts) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
+  constexpr int kWarps = kThreads / 32;
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int columns = columns_in_window(load_token_length(p, token), p.window_size);
+
+  int num_valid = 0;
+  for (int base = 0; base < columns; base += kThreads) {
+    const int column = base + tid;
+    int64_t slot = -1;
+    if (column < columns) slot = load_slot_id(p, token, column);
+    const bool valid = column < columns && slot_is_valid(slot, p.num_slots);
+    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, valid);
+    if (lane == 0) s_warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = num_valid;
+    int chunk_total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int count = s_warp_counts[w];
+      before += (w < warp) ? count : 0;
+      chunk_total += count;
+    }
+    if (valid) {
+      const int entry = before + __popc(ballot & ((1u << lane) - 1u));
+      s_row_offset[entry] = (slot / p.block_size) * p.stride_kv_block + (slot % p.block_size) * p.stride_kv_token;
+      s_inv_scale[entry] = load_inv_scale(p, slot);
+    }
+    num_valid += chunk_total;
+    __syncthreads();  // s_warp_counts is rewritten by the next chunk
+  }
+  return num_valid;
+}
+
+}  // namespace swa_decode

@@ -1,0 +1,6 @@
+// One explicit instantiation per file so the portable kernel's variants build in parallel.
+#include "src/kernels/portable/decode_portable.cuh"
+
+namespace swa_decode {
+template cudaError_t launch_portable_decode<1>(const DecodeParams&, cudaStream_t);
+}  // namespace swa_decode
