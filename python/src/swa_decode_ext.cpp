@@ -1,0 +1,293 @@
+// The Python binding: DLPack tensors in, one swa_decode::DecodeArgs out, one call to
+// swa_decode::decode. It checks only what DecodeArgs cannot express (rank, the unit stride in D,
+// shapes that must agree across tensors, one device for all, the DLPack dtype of each tensor);
+// every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's, and its
+// Status comes back as an exception with the message intact.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <cuda_runtime_api.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include "swa_decode/swa_decode.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using InArray = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
+
+// DLPack device types (dlpack.h): the only two a decode can run on.
+constexpr int32_t kDLCPU = 1;
+constexpr int32_t kDLCUDA = 2;
+
+// Bits of `bf16_views`: which of q / inv_scale / out the Python layer re-viewed from a bfloat16
+// dtype DLPack cannot carry (numpy's ml_dtypes) as uint16. Only those may arrive as uint16.
+constexpr int kViewQ = 1, kViewInvScale = 2, kViewOut = 4;
+
+std::string dtype_name(nb::dlpack::dtype dt) {
+  using Code = nb::dlpack::dtype_code;
+  const std::string bits = std::to_string(dt.bits);
+  switch (static_cast<Code>(dt.code)) {
+    case Code::Int: return "int" + bits;
+    case Code::UInt: return "uint" + bits;
+    case Code::Float: return "float" + bits;
+    case Code::Bfloat: return dt.bits == 16 ? "bfloat16" : "bfloat" + bits;
+    case Code::Bool: return "bool";
+    case Code::Float8_E4M3FN: return "float8_e4m3fn";
+    case Code::Float8_E5M2: return "float8_e5m2";
+    default: return "dlpack(code=" + std::to_string(dt.code) + ", bits=" + bits + ")";
+  }
+}
+
+bool is(nb::dlpack::dtype dt, nb::dlpack::dtype_code code, int bits) {
+  return dt.code == static_cast<uint8_t>(code) && dt.bits == bits && dt.lanes == 1;
+}
+bool is_bf16(nb::dlpack::dtype dt, bool viewed) {
+  using Code = nb::dlpack::dtype_code;
+  return is(dt, Code::Bfloat, 16) || (viewed && is(dt, Code::UInt, 16));
+}
+bool is_f32(nb::dlpack::dtype dt) { return is(dt, nb::dlpack::dtype_code::Float, 32); }
+
+[[noreturn]] void type_error(const std::string& msg) { throw nb::type_error(msg.c_str()); }
+[[noreturn]] void value_error(const std::string& msg) { throw nb::value_error(msg.c_str()); }
+
+template <class Array>
+void check_ndim(const Array& a, const char* name, size_t ndim, const char* layout) {
+  if (a.ndim() != ndim) {
+    value_error(std::string(name) + " must be " + std::to_string(ndim) + "-D " + layout + ", got " +
+                std::to_string(a.ndim()) + "-D");
+  }
+}
+
+template <class Array>
+void check_dim(const Array& a, const char* name, size_t dim, int64_t expected, const char* what) {
+  const auto actual = static_cast<int64_t>(a.shape(dim));
+  if (actual != expected) {
+    value_error(std::string(name) + ".shape[" + std::to_string(dim) + "] must equal " + what +
+                " = " + std::to_string(expected) + ", got " + std::to_string(actual));
+  }
+}
+
+// DecodeArgs has no field for the innermost stride: it is 1 by contract. A size-1 dimension's
+// stride is never used, so any value is fine there.
+template <class Array>
+void check_unit_stride(const Array& a, const char* name, size_t dim) {
+  if (a.shape(dim) > 1 && a.stride(dim) != 1) {
+    value_error(std::string(name) + ".stride(" + std::to_string(dim) +
+                ") must be 1 (contiguous in that dimension), got " + std::to_string(a.stride(dim)));
+  }
+}
+
+std::string device_name(int32_t type, int32_t id) {
+  if (type == kDLCPU) return "cpu";
+  if (type == kDLCUDA) return "cuda:" + std::to_string(id);
+  return "dlpack device (type=" + std::to_string(type) + ", id=" + std::to_string(id) + ")";
+}
+
+template <class Array>
+void check_same_device(const Array& a, const char* name, const InArray& q) {
+  if (a.device_type() != q.device_type() || a.device_id() != q.device_id()) {
+    value_error(std::string(name) + " must be on q's device " +
+                device_name(q.device_type(), q.device_id()) + ", got " +
+                device_name(a.device_type(), a.device_id()));
+  }
+}
+
+// Makes `device` current for the duration of the call: swa_decode::decode launches on the current
+// device, and a tensor on cuda:1 with cuda:0 current would otherwise fail inside the launch.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      throw std::runtime_error("cudaGetDevice failed: " +
+                               std::string(cudaGetErrorString(cudaGetLastError())));
+    }
+    if (previous_ != device) {
+      const cudaError_t err = cudaSetDevice(device);
+      if (err != cudaSuccess) {
+        throw std::runtime_error("cudaSetDevice(" + std::to_string(device) +
+                                 ") failed: " + cudaGetErrorString(err));
+      }
+      switched_ = true;
+    }
+  }
+  ~CudaDeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+// out[t, h, :] = attention of q[t, h, :] over the window of token t; see docs/semantics.md.
+void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
+            const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
+            const OutArray& out, const std::optional<OutArray>& lse, int64_t block_size,
+            double scale, int64_t window_size, uintptr_t stream, int bf16_views) {
+  using Code = nb::dlpack::dtype_code;
+
+  // ---- ranks and shapes that must agree (DecodeArgs carries one T, H, D for all tensors) ----
+  check_ndim(q, "q", 3, "(num_tokens, num_heads, head_dim)");
+  check_ndim(kv_cache, "kv_cache", 3, "(num_blocks, block_size, head_dim)");
+  if (inv_scale.ndim() == 2) {
+    check_dim(inv_scale, "inv_scale", 1, 1, "1 for a (num_slots, 1) scale");
+  } else if (inv_scale.ndim() != 1) {
+    value_error("inv_scale must be 1-D (num_slots,) or 2-D (num_slots, 1), got " +
+                std::to_string(inv_scale.ndim()) + "-D");
+  }
+  check_ndim(indices, "indices", 2, "(num_tokens, index_cols)");
+  check_ndim(lens, "lens", 1, "(num_tokens,)");
+  check_ndim(out, "out", 3, "(num_tokens, num_heads, head_dim)");
+
+  const auto num_tokens = static_cast<int64_t>(q.shape(0));
+  const auto num_heads = static_cast<int64_t>(q.shape(1));
+  const auto head_dim = static_cast<int64_t>(q.shape(2));
+  check_dim(kv_cache, "kv_cache", 2, head_dim, "q.shape[2] (head_dim)");
+  check_dim(indices, "indices", 0, num_tokens, "q.shape[0] (num_tokens)");
+  check_dim(lens, "lens", 0, num_tokens, "q.shape[0] (num_tokens)");
+  check_dim(out, "out", 0, num_tokens, "q.shape[0] (num_tokens)");
+  check_dim(out, "out", 1, num_heads, "q.shape[1] (num_heads)");
+  check_dim(out, "out", 2, head_dim, "q.shape[2] (head_dim)");
+  if (attn_sink) {
+    check_ndim(*attn_sink, "attn_sink", 1, "(num_heads,)");
+    check_dim(*attn_sink, "attn_sink", 0, num_heads, "q.shape[1] (num_heads)");
+  }
+  if (lse) {
+    check_ndim(*lse, "lse", 2, "(num_tokens, num_heads)");
+    check_dim(*lse, "lse", 0, num_tokens, "q.shape[0] (num_tokens)");
+    check_dim(*lse, "lse", 1, num_heads, "q.shape[1] (num_heads)");
+  }
+
+  // ---- unit innermost strides ----
+  check_unit_stride(q, "q", 2);
+  check_unit_stride(kv_cache, "kv_cache", 2);
+  check_unit_stride(inv_scale, "inv_scale", 0);
+  check_unit_stride(indices, "indices", 1);
+  check_unit_stride(lens, "lens", 0);
+  check_unit_stride(out, "out", 2);
+  if (attn_sink) check_unit_stride(*attn_sink, "attn_sink", 0);
+  if (lse) check_unit_stride(*lse, "lse", 1);
+
+  // ---- one device for all ----
+  if (q.device_type() != kDLCPU && q.device_type() != kDLCUDA) {
+    value_error("q must be on a CPU or CUDA device, got " +
+                device_name(q.device_type(), q.device_id()));
+  }
+  check_same_device(kv_cache, "kv_cache", q);
+  check_same_device(inv_scale, "inv_scale", q);
+  check_same_device(indices, "indices", q);
+  check_same_device(lens, "lens", q);
+  check_same_device(out, "out", q);
+  if (attn_sink) check_same_device(*attn_sink, "attn_sink", q);
+  if (lse) check_same_device(*lse, "lse", q);
+
+  // ---- DLPack dtypes -> DecodeArgs dtypes ----
+  if (!is_bf16(q.dtype(), bf16_views & kViewQ)) {
+    type_error("q must have dtype bfloat16, got " + dtype_name(q.dtype()));
+  }
+  if (!is(kv_cache.dtype(), Code::UInt, 8) && !is(kv_cache.dtype(), Code::Float8_E4M3FN, 8)) {
+    type_error("kv_cache must have dtype uint8 or float8_e4m3fn (e4m3 bytes), got " +
+               dtype_name(kv_cache.dtype()));
+  }
+  swa_decode::DType inv_scale_dtype;
+  if (is_bf16(inv_scale.dtype(), bf16_views & kViewInvScale)) {
+    inv_scale_dtype = swa_decode::DType::kBFloat16;
+  } else if (is_f32(inv_scale.dtype())) {
+    inv_scale_dtype = swa_decode::DType::kFloat32;
+  } else {
+    type_error("inv_scale must have dtype bfloat16 or float32, got " +
+               dtype_name(inv_scale.dtype()));
+  }
+  auto int_dtype = [](const InArray& a, const char* name) {
+    if (is(a.dtype(), Code::Int, 32)) return swa_decode::DType::kInt32;
+    if (is(a.dtype(), Code::Int, 64)) return swa_decode::DType::kInt64;
+    type_error(std::string(name) + " must have dtype int32 or int64, got " + dtype_name(a.dtype()));
+  };
+  const swa_decode::DType index_dtype = int_dtype(indices, "indices");
+  const swa_decode::DType lens_dtype = int_dtype(lens, "lens");
+  if (attn_sink && !is_f32(attn_sink->dtype())) {
+    type_error("attn_sink must have dtype float32, got " + dtype_name(attn_sink->dtype()));
+  }
+  if (!is_bf16(out.dtype(), bf16_views & kViewOut)) {
+    type_error("out must have dtype bfloat16, got " + dtype_name(out.dtype()));
+  }
+  if (lse && !is_f32(lse->dtype())) {
+    type_error("lse must have dtype float32, got " + dtype_name(lse->dtype()));
+  }
+
+  const bool on_cuda = q.device_type() == kDLCUDA;
+  const swa_decode::DecodeArgs args{
+      .num_tokens = num_tokens,
+      .num_heads = num_heads,
+      .head_dim = head_dim,
+      .num_blocks = static_cast<int64_t>(kv_cache.shape(0)),
+      .block_size = block_size,
+      .window_size = window_size,
+      .scale = static_cast<float>(scale),
+      .q = q.data(),
+      .stride_q_token = q.stride(0),
+      .stride_q_head = q.stride(1),
+      .kv_cache = kv_cache.data(),
+      .stride_kv_block = kv_cache.stride(0),
+      .stride_kv_token = kv_cache.stride(1),
+      .inv_scale = inv_scale.data(),
+      .inv_scale_dtype = inv_scale_dtype,
+      .num_scales = static_cast<int64_t>(inv_scale.shape(0)),
+      .indices = indices.data(),
+      .index_dtype = index_dtype,
+      .index_cols = static_cast<int64_t>(indices.shape(1)),
+      .stride_indices_token = indices.stride(0),
+      .lens = lens.data(),
+      .lens_dtype = lens_dtype,
+      .attn_sink = attn_sink ? static_cast<const float*>(attn_sink->data()) : nullptr,
+      .lse = lse ? static_cast<float*>(lse->data()) : nullptr,
+      .stride_lse_token = lse ? lse->stride(0) : 0,
+      .out = out.data(),
+      .stride_out_token = out.stride(0),
+      .stride_out_head = out.stride(1),
+      .backend = on_cuda ? swa_decode::Backend::kCuda : swa_decode::Backend::kCpu,
+      .stream = reinterpret_cast<CUstream_st*>(stream),
+  };
+
+  swa_decode::Status status;
+  if (on_cuda) {
+    CudaDeviceGuard guard(q.device_id());
+    status = swa_decode::decode(args);  // enqueues and returns: no need to drop the GIL
+  } else {
+    nb::gil_scoped_release no_gil;  // the float64 reference may take seconds
+    status = swa_decode::decode(args);
+  }
+  switch (status.code) {
+    case swa_decode::StatusCode::kOk: return;
+    case swa_decode::StatusCode::kInvalidArgument:
+    case swa_decode::StatusCode::kNotSupported: value_error(status.message);
+    case swa_decode::StatusCode::kCudaError: throw std::runtime_error(status.message);
+  }
+  throw std::runtime_error("swa_decode::decode returned an unknown status code " +
+                           std::to_string(static_cast<int>(status.code)) + ": " + status.message);
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "swa_decode's native binding; use the functions of the swa_decode package instead.";
+  m.def("decode", &decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("inv_scale"),
+        nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(), nb::arg("out"),
+        nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale"), nb::arg("window_size"),
+        nb::arg("stream"), nb::arg("bf16_views") = 0,
+        "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
+        "cudaStream_t as an integer, 0 = legacy default stream) and not waited for.");
+  m.def("version", []() { return std::string(swa_decode::version()); });
+  m.attr("kViewQ") = kViewQ;
+  m.attr("kViewInvScale") = kViewInvScale;
+  m.attr("kViewOut") = kViewOut;
+}

@@ -1,0 +1,218 @@
+"""The public Python functions. Checked here: only what the native layer cannot see (Python types,
+torch devices, the 3-D indices of the seed, dtypes DLPack cannot carry); everything else (shapes,
+strides, ranges, dtypes, what the GPU supports) is checked once in C++ and raised from there."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from swa_decode import _C
+
+try:  # torch is optional: without it the package runs on DLPack arrays only
+    import torch as _torch
+    from swa_decode import _torch_ops as _ops
+except ImportError:
+    _torch = None
+    _ops = None
+
+# DLPack device types (dlpack.h).
+_DL_CPU = 1
+_DL_CUDA = 2
+
+def _type_name(x: Any) -> str:
+    return f"{type(x).__module__}.{type(x).__qualname__}"
+
+
+def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
+           scale: Optional[float] = None, window_size: Optional[int] = None, attn_sink=None,
+           out=None, return_lse: bool = False, lse=None, stream=None):
+    """Sliding-window decode attention over a paged e4m3 KV cache (semantics: docs/semantics.md).
+
+    q (T, H, D) bf16; kv_cache (num_blocks, block_size, D) uint8 or float8_e4m3fn e4m3 bytes
+    (rows may be padded: any token stride); inv_scale (num_slots,) or (num_slots, 1) bf16 or fp32;
+    indices (T, >= window_size) or (1, T, >= window_size) int32/int64 slot ids, -1 = no entry;
+    lens (T,) int32/int64; attn_sink (H,) fp32 or None.
+
+    scale defaults to D ** -0.5, window_size to indices.shape[-1]. Returns out (T, H, D) bf16, or
+    (out, lse) with lse (T, H) fp32 (natural log, without the sink) when return_lse. out= (and lse=)
+    write into the caller's buffers instead of allocating.
+
+    torch tensors: CUDA runs the GPU kernel on the current stream, CPU the float64 reference; the
+    call goes through the custom ops torch.ops.swa_decode.decode / decode_out. Other DLPack arrays
+    (numpy on CPU; CuPy, JAX, ... on CUDA with stream= given as an int or a stream object) go
+    straight to the native binding.
+    """
+    if _torch is not None and isinstance(q, _torch.Tensor):
+        return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
+                             scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
+                             return_lse=return_lse, lse=lse, stream=stream)
+    return _decode_dlpack(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
+                          scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
+                          return_lse=return_lse, lse=lse, stream=stream)
+
+
+def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa_lens,
+                                block_size: int, scale: float, window_size: int = 128):
+    """Drop-in for the seed's ``native_swa_decode_attention``: same signature and semantics.
+
+    As in the seed, indices may be (T', W) or (1, T', W) and lens (T',) with T' >= T = q.shape[0]:
+    the first T rows are used. Differences, all where the seed was undefined: a token with no valid
+    entry gets 0 (the seed: NaN); slot ids past the cache are no entry (the seed: an indexing
+    error); duplicate ids count as often as they appear, as in the seed.
+    """
+    num_tokens = q.shape[0]
+    if swa_indices.ndim == 3:
+        _check_batch_of_one(swa_indices, "swa_indices")
+        swa_indices = swa_indices[0]
+    return decode(q, swa_kv_cache, swa_inv_scale, swa_indices[:num_tokens], swa_lens[:num_tokens],
+                  block_size=block_size, scale=scale, window_size=window_size)
+
+
+def _check_batch_of_one(indices, name: str) -> None:
+    if indices.shape[0] != 1:
+        raise ValueError(f"{name} must be 2-D (T, W) or 3-D (1, T, W), got shape "
+                         f"{tuple(indices.shape)}")
+
+
+def _defaults(q, indices, scale, window_size):
+    if indices.ndim == 3:
+        _check_batch_of_one(indices, "indices")
+        indices = indices[0]
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    if window_size is None:
+        window_size = indices.shape[-1]
+    return indices, float(scale), int(window_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch tensors: through the custom ops
+# ---------------------------------------------------------------------------------------------
+
+def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
+                  attn_sink, out, return_lse, lse, stream):
+    if stream is not None:
+        raise ValueError("stream= is for DLPack arrays; torch tensors run on the current stream "
+                         "(use `with torch.cuda.stream(s):`), got stream=" + repr(stream))
+    named = [("kv_cache", kv_cache), ("inv_scale", inv_scale), ("indices", indices),
+             ("lens", lens), ("attn_sink", attn_sink), ("out", out), ("lse", lse)]
+    for name, t in named:
+        if t is None:
+            continue
+        if not isinstance(t, _torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor like q, got {_type_name(t)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    if q.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"q must be on a cuda or cpu device, got {q.device}")
+    if lse is not None and out is None:
+        raise ValueError("lse= needs out= as well (without out= the op allocates both)")
+
+    indices, scale, window_size = _defaults(q, indices, scale, window_size)
+    if out is None:
+        out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
+                                     int(block_size), scale, window_size, bool(return_lse))
+        return (out_t, lse_t) if return_lse else out_t
+    if return_lse and lse is None:
+        lse = _torch.empty((q.shape[0], q.shape[1]), dtype=_torch.float32, device=q.device)
+    _ops.decode_out_op(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
+                      int(block_size), scale, window_size)
+    return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------------------------
+# any other DLPack array (numpy, CuPy, JAX, ...)
+# ---------------------------------------------------------------------------------------------
+
+def _dlpack_device(x, name: str):
+    if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
+        raise TypeError(f"{name} must be a torch.Tensor or an array with __dlpack__ / "
+                        f"__dlpack_device__ (numpy, CuPy, JAX, ...), got {_type_name(x)}")
+    device_type, device_id = x.__dlpack_device__()
+    return int(device_type), int(device_id)
+
+
+def _device_str(device) -> str:
+    kind = {_DL_CPU: "cpu", _DL_CUDA: "cuda"}.get(device[0], f"dlpack device type {device[0]}")
+    return kind if device[0] == _DL_CPU else f"{kind}:{device[1]}"
+
+
+def _stream_handle(stream) -> int:
+    if isinstance(stream, int):
+        return stream
+    for attr in ("ptr", "cuda_stream"):  # cupy.cuda.Stream.ptr, torch.cuda.Stream.cuda_stream
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise TypeError("stream must be a cudaStream_t as an int or a stream object with .ptr or "
+                    f".cuda_stream, got {_type_name(stream)}")
+
+
+def _dtype_name(x) -> str:
+    return str(getattr(x, "dtype", ""))
+
+
+def _allocate_like(q, shape, dtype, name: str):
+    """An output of q's framework: numpy, or any array with the array-API __array_namespace__."""
+    if hasattr(q, "__array_namespace__"):
+        xp = q.__array_namespace__()
+        try:
+            return xp.empty(shape, dtype=dtype if dtype is not None else q.dtype, device=q.device)
+        except TypeError:  # namespaces without the device= keyword allocate on the current device
+            return xp.empty(shape, dtype=dtype if dtype is not None else q.dtype)
+    if type(q).__module__ == "numpy":
+        import numpy as np
+        return np.empty(shape, dtype=dtype if dtype is not None else q.dtype)
+    raise TypeError(f"{name}= is required for arrays of type {_type_name(q)}: swa_decode cannot "
+                    "allocate in that framework")
+
+
+def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
+                   attn_sink, out, return_lse, lse, stream):
+    device = _dlpack_device(q, "q")
+    named = [("kv_cache", kv_cache), ("inv_scale", inv_scale), ("indices", indices),
+             ("lens", lens), ("attn_sink", attn_sink), ("out", out), ("lse", lse)]
+    for name, x in named:
+        if x is not None and _dlpack_device(x, name) != device:
+            raise ValueError(f"{name} must be on q's device {_device_str(device)}, got "
+                             f"{_device_str(_dlpack_device(x, name))}")
+    if device[0] == _DL_CUDA:
+        if stream is None:
+            raise ValueError("stream= is required for DLPack CUDA arrays: pass the cudaStream_t "
+                             "(an int, or a stream object with .ptr) the inputs are ready on")
+        stream_handle = _stream_handle(stream)
+    elif device[0] == _DL_CPU:
+        stream_handle = 0
+    else:
+        raise ValueError(f"q must be on a cpu or cuda device, got {_device_str(device)}")
+
+    indices, scale, window_size = _defaults(q, indices, scale, window_size)
+    num_tokens, num_heads = q.shape[0], q.shape[1]
+    if out is None:
+        out = _allocate_like(q, tuple(q.shape), None, "out")
+    if return_lse and lse is None:
+        lse = _allocate_like(q, (num_tokens, num_heads), "float32", "lse")
+
+    # bfloat16 / float8 dtypes of ml_dtypes (numpy) have no DLPack code: pass their bits as
+    # uint16 / uint8 and tell the binding which uint16 arrays are bfloat16.
+    bf16_views = 0
+    if _dtype_name(q) == "bfloat16":
+        q, bf16_views = q.view("uint16"), bf16_views | _C.kViewQ
+    if _dtype_name(inv_scale) == "bfloat16":
+        inv_scale, bf16_views = inv_scale.view("uint16"), bf16_views | _C.kViewInvScale
+    out_arg = out
+    if _dtype_name(out) == "bfloat16":
+        out_arg, bf16_views = out.view("uint16"), bf16_views | _C.kViewOut
+    if _dtype_name(kv_cache) == "float8_e4m3fn":
+        kv_cache = kv_cache.view("uint8")
+
+    def export(x):
+        if x is None or device[0] == _DL_CPU:
+            return x  # nanobind imports CPU arrays itself (versioned DLPack or buffer protocol)
+        # The producer orders its pending work before `stream` (DLPack stream protocol; the
+        # legacy default stream is 1 there, 0 being reserved).
+        return x.__dlpack__(stream=stream_handle if stream_handle != 0 else 1)
+
+    _C.decode(export(q), export(kv_cache), export(inv_scale), export(indices), export(lens),
+              export(attn_sink), export(out_arg), export(lse), int(block_size), scale,
+              window_size, stream_handle, bf16_views)
+    return (out, lse) if return_lse else out
