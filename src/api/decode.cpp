@@ -1,0 +1,181 @@
+// The public entry points: validate once, then run the CPU reference or pick and enqueue a kernel.
+#include "swa_decode/swa_decode.h"
+
+#include <array>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "src/api/decode.h"
+#include "src/api/validate.h"
+#include "src/dispatch/launch.h"
+#include "src/dispatch/select_kernel.h"
+#include "src/reference/reference.h"
+
+namespace swa_decode {
+namespace {
+
+constexpr const char* kCpuKernelName = "cpu_reference";
+
+Status cuda_error(const char* call, cudaError_t err) {
+  return {StatusCode::kCudaError, std::string(call) + " failed: " + cudaGetErrorString(err)};
+}
+
+Status read_device_info(int ordinal, DeviceInfo* info) {
+  int cc_major = 0, cc_minor = 0, num_sms = 0, smem_optin = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, ordinal);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, ordinal);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, ordinal);
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal);
+  }
+  if (err != cudaSuccess) {
+    return cuda_error(("cudaDeviceGetAttribute(device " + std::to_string(ordinal) + ")").c_str(), err);
+  }
+  *info = DeviceInfo{.cc_major = cc_major, .cc_minor = cc_minor, .num_sms = num_sms,
+                     .smem_optin_bytes = smem_optin};
+  return {};
+}
+
+// Device properties are read once per device and kept: decode() runs on every decode step, and a
+// driver query per call would add latency to a path that is otherwise a single launch.
+// Double-checked: the fast path is one acquire load; the first reader of a device takes the lock.
+class DeviceInfoCache {
+ public:
+  Status get(int ordinal, DeviceInfo* info) {
+    if (ordinal < 0 || ordinal >= kMaxCached) return read_device_info(ordinal, info);  // uncached
+    Entry& entry = entries_[ordinal];
+    if (!entry.ready.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!entry.ready.load(std::memory_order_relaxed)) {
+        Status status = read_device_info(ordinal, &entry.info);
+        if (!status.ok()) return status;  // not cached: a later call retries
+        entry.ready.store(true, std::memory_order_release);
+      }
+    }
+    *info = entry.info;
+    return {};
+  }
+
+ private:
+  static constexpr int kMaxCached = 64;
+  struct Entry {
+    std::atomic<bool> ready{false};
+    DeviceInfo info{};
+  };
+  std::mutex mutex_;
+  std::array<Entry, kMaxCached> entries_{};
+};
+
+Status device_info(int device_ordinal, DeviceInfo* info) {
+  static DeviceInfoCache cache;
+  int ordinal = device_ordinal;
+  if (ordinal < 0) {
+    const cudaError_t err = cudaGetDevice(&ordinal);
+    if (err != cudaSuccess) return cuda_error("cudaGetDevice", err);
+  }
+  return cache.get(ordinal, info);
+}
+
+SupportInfo not_supported(std::string why) {
+  SupportInfo info;
+  info.why_not = std::move(why);
+  return info;
+}
+
+SupportInfo cpu_support() {
+  SupportInfo info;
+  info.supported = true;
+  info.kernel = kCpuKernelName;
+  info.head_groups_per_cta = 1;
+  return info;
+}
+
+SupportInfo from_choice(const KernelChoice& choice) {
+  if (choice.id == KernelId::kNone) return not_supported(choice.why_not);
+  SupportInfo info;
+  info.supported = true;
+  info.kernel = choice.name;
+  info.head_groups_per_cta = choice.head_groups_per_cta;
+  return info;
+}
+
+// Status for an exception escaping the library's own code. The API has no "internal" code; the
+// message says what happened, and bad_alloc (host memory for a message or the CPU reference) is
+// the only exception the library can raise itself.
+Status from_exception(const char* what) {
+  return {StatusCode::kNotSupported, std::string("swa_decode internal error: ") + what};
+}
+
+}  // namespace
+
+DecodeShape decode_shape(const DecodeParams& params) {
+  // Strides of size-1 dimensions are 0 in params, so they never lower an alignment.
+  const uint64_t kv_bits = reinterpret_cast<uintptr_t>(params.kv_cache) |
+                           static_cast<uint64_t>(params.stride_kv_block) |
+                           static_cast<uint64_t>(params.stride_kv_token) | uint64_t{16};
+  const uint64_t q_out_bits = reinterpret_cast<uintptr_t>(params.q) | reinterpret_cast<uintptr_t>(params.out) |  // bytes
+                              (static_cast<uint64_t>(params.stride_q_token) << 1) |
+                              (static_cast<uint64_t>(params.stride_q_head) << 1) |
+                              (static_cast<uint64_t>(params.stride_out_token) << 1) |
+                              (static_cast<uint64_t>(params.stride_out_head) << 1);
+  return DecodeShape{.num_tokens = params.num_tokens,
+                     .num_heads = params.num_heads,
+                     .head_dim = params.head_dim,
+                     .window_size = params.window_size,
+                     .kv_row_alignment = static_cast<int32_t>(kv_bits & (~kv_bits + 1)),  // lowest set bit
+                     .q_out_aligned_16 = q_out_bits % 16 == 0};
+}
+
+SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device) {
+  const Status status = validate_args(args);
+  if (!status.ok()) return not_supported(status.message);
+  if (args.backend == Backend::kCpu) return cpu_support();
+  return from_choice(select_kernel(decode_shape(make_params(args)), device));
+}
+
+SupportInfo query_support(const DecodeArgs& args, int device_ordinal) {
+  try {
+    const Status status = validate_args(args);
+    if (!status.ok()) return not_supported(status.message);
+    if (args.backend == Backend::kCpu) return cpu_support();
+    DeviceInfo device{};
+    const Status probe = device_info(device_ordinal, &device);
+    if (!probe.ok()) return not_supported(probe.message);
+    return query_support_on(args, device);
+  } catch (const std::exception& e) {
+    return not_supported(from_exception(e.what()).message);
+  }
+}
+
+Status decode(const DecodeArgs& args) noexcept {
+  try {
+    const Status status = validate_args(args);
+    if (!status.ok()) return status;
+    if (args.backend == Backend::kCpu) return reference::run(args);
+
+    DeviceInfo device{};
+    const Status probe = device_info(-1, &device);
+    if (!probe.ok()) return probe;
+    const DecodeParams params = make_params(args);
+    const KernelChoice choice = select_kernel(decode_shape(params), device);
+    if (choice.id == KernelId::kNone) return {StatusCode::kNotSupported, choice.why_not};
+    return launch_decode(params, choice, args.stream);
+  } catch (const std::exception& e) {
+    try {
+      return from_exception(e.what());
+    } catch (...) {
+      return {StatusCode::kNotSupported, {}};
+    }
+  } catch (...) {
+    return {StatusCode::kNotSupported, {}};
+  }
+}
+
+const char* version() noexcept { return "0.1.0"; }
+
+}  // namespace swa_decode

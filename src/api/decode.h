@@ -1,0 +1,18 @@
+// Internals of src/api/decode.cpp that tests reach without a GPU.
+#pragma once
+
+#include "swa_decode/swa_decode.h"
+#include "src/common/params.h"
+#include "src/dispatch/select_kernel.h"
+
+namespace swa_decode {
+
+// query_support for a CUDA device described by `device` instead of one read from the driver:
+// validates `args`, then asks select_kernel. args.backend == kCpu answers "cpu_reference".
+SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device);
+
+// The DecodeShape select_kernel sees for validated arguments (shapes and the alignments of the
+// kv_cache rows and of the q / out rows, from make_params' normalised strides).
+DecodeShape decode_shape(const DecodeParams& params);
+
+}  // namespace swa_decode
