@@ -1,0 +1,219 @@
+// validate_args: every bad argument is kInvalidArgument with a message naming the field, the
+// expected and the actual value; good arguments (including num_tokens = 0) pass.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "src/api/validate.h"
+#include "tests/cpu/host_problem.h"
+
+namespace swa_decode {
+namespace {
+
+using test::HostProblem;
+using test::ProblemShape;
+
+ProblemShape small_shape() {
+  ProblemShape s;
+  s.num_tokens = 2;
+  s.num_heads = 4;
+  s.head_dim = 8;
+  s.num_blocks = 3;
+  s.block_size = 4;
+  s.window_size = 4;
+  s.index_cols = 5;
+  return s;
+}
+
+struct BadCase {
+  const char* name;
+  std::function<void(DecodeArgs&)> mutate;
+  std::vector<std::string> substrings;  // the field, the expected and the actual value
+};
+
+void expect_invalid(const DecodeArgs& a, const BadCase& c) {
+  const Status status = validate_args(a);
+  EXPECT_EQ(status.code, StatusCode::kInvalidArgument) << c.name << ": " << status.message;
+  for (const std::string& part : c.substrings) {
+    EXPECT_NE(status.message.find(part), std::string::npos)
+        << c.name << ": message \"" << status.message << "\" lacks \"" << part << "\"";
+  }
+  // decode() reports the same status without touching anything.
+  const Status from_decode = decode(a);
+  EXPECT_EQ(from_decode.code, StatusCode::kInvalidArgument) << c.name;
+  EXPECT_EQ(from_decode.message, status.message) << c.name;
+}
+
+TEST(Validation, GoodArgumentsPass) {
+  HostProblem p(small_shape(), 1);
+  EXPECT_TRUE(validate_args(p.args()).ok()) << validate_args(p.args()).message;
+  DecodeArgs a = p.args();
+  a.backend = Backend::kCuda;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  a.attn_sink = nullptr;
+  a.lse = nullptr;
+  EXPECT_TRUE(validate_args(a).ok());
+  EXPECT_TRUE(decode(p.args()).ok());
+}
+
+TEST(Validation, StridedAndHeadMajorLayoutsPass) {
+  ProblemShape s = small_shape();
+  s.q_head_pad = 8;
+  s.q_token_pad = 3;
+  s.out_head_pad = 1;
+  s.kv_token_pad = 72;  // a 584-byte row with D = 512 has 72 bytes of padding
+  s.kv_block_pad = 5;
+  s.index_pad = 4;
+  s.lse_pad = 1;
+  HostProblem strided(s, 2);
+  EXPECT_TRUE(validate_args(strided.args()).ok()) << validate_args(strided.args()).message;
+  s.head_major_q = true;
+  HostProblem head_major(s, 3);
+  EXPECT_TRUE(validate_args(head_major.args()).ok()) << validate_args(head_major.args()).message;
+}
+
+TEST(Validation, StridesOfSizeOneDimensionsAreIgnored) {
+  ProblemShape s = small_shape();
+  s.num_tokens = 1;
+  s.num_heads = 1;
+  s.num_blocks = 1;
+  HostProblem p(s, 4);
+  DecodeArgs a = p.args();
+  a.stride_q_token = a.stride_q_head = 0;
+  a.stride_out_token = a.stride_out_head = -3;
+  a.stride_indices_token = 1;
+  a.stride_lse_token = 0;
+  a.stride_kv_block = 0;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  const DecodeParams params = make_params(a);  // strides of size-1 dimensions become 0
+  EXPECT_EQ(params.stride_q_token, 0);
+  EXPECT_EQ(params.stride_q_head, 0);
+  EXPECT_EQ(params.stride_out_token, 0);
+  EXPECT_EQ(params.stride_out_head, 0);
+  EXPECT_EQ(params.stride_indices_token, 0);
+  EXPECT_EQ(params.stride_lse_token, 0);
+  EXPECT_EQ(params.stride_kv_block, 0);
+  EXPECT_EQ(params.stride_kv_token, a.stride_kv_token);
+  EXPECT_TRUE(decode(a).ok());
+}
+
+TEST(Validation, ZeroTokensIsAValidNoOpEvenWithNullPerTokenPointers) {
+  HostProblem p(small_shape(), 5);
+  DecodeArgs a = p.args();
+  a.num_tokens = 0;
+  a.q = nullptr;
+  a.indices = nullptr;
+  a.lens = nullptr;
+  a.out = nullptr;
+  a.lse = nullptr;
+  a.stride_q_token = a.stride_out_token = a.stride_indices_token = a.stride_lse_token = 0;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  EXPECT_TRUE(decode(a).ok());
+}
+
+TEST(Validation, EveryBadArgumentNamesFieldExpectedAndActual) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<BadCase> cases = {
+      {"backend", [](DecodeArgs& a) { a.backend = static_cast<Backend>(7); }, {"backend", "kCuda or kCpu", "7"}},
+      {"num_tokens < 0", [](DecodeArgs& a) { a.num_tokens = -1; }, {"num_tokens", "[0, 2147483647]", "got -1"}},
+      {"num_tokens > int32", [](DecodeArgs& a) { a.num_tokens = int64_t{1} << 31; }, {"num_tokens", "got 2147483648"}},
+      {"num_heads 0", [](DecodeArgs& a) { a.num_heads = 0; }, {"num_heads", "[1, 2147483647]", "got 0"}},
+      {"num_heads 129 on CUDA", [](DecodeArgs& a) { a.backend = Backend::kCuda; a.num_heads = 129; },
+       {"num_heads", "[1, 128]", "got 129"}},
+      {"head_dim 0", [](DecodeArgs& a) { a.head_dim = 0; }, {"head_dim", "[1, ", "got 0"}},
+      {"num_blocks 0", [](DecodeArgs& a) { a.num_blocks = 0; }, {"num_blocks", "got 0"}},
+      {"block_size -4", [](DecodeArgs& a) { a.block_size = -4; }, {"block_size", "got -4"}},
+      {"window_size 0", [](DecodeArgs& a) { a.window_size = 0; }, {"window_size must be in [1, 1024], got 0"}},
+      {"window_size 2048", [](DecodeArgs& a) { a.window_size = 2048; a.index_cols = 2048; },
+       {"window_size must be in [1, 1024], got 2048"}},
+      {"slots overflow", [](DecodeArgs& a) { a.num_blocks = int64_t{1} << 40; a.block_size = int64_t{1} << 30; },
+       {"num_blocks * block_size", "int64", "1099511627776", "1073741824"}},
+      {"index_cols", [](DecodeArgs& a) { a.index_cols = 3; }, {"index_cols must be >= window_size = 4, got 3"}},
+      {"num_scales", [](DecodeArgs& a) { a.num_scales = 11; }, {"num_scales", ">= num_blocks * block_size = 12", "got 11"}},
+      {"scale nan", [kNan](DecodeArgs& a) { a.scale = kNan; }, {"scale must be finite", "nan"}},
+      {"scale inf", [](DecodeArgs& a) { a.scale = std::numeric_limits<float>::infinity(); }, {"scale must be finite", "inf"}},
+      {"inv_scale_dtype", [](DecodeArgs& a) { a.inv_scale_dtype = DType::kInt32; },
+       {"inv_scale_dtype", "bf16 or fp32", "got int32"}},
+      {"index_dtype", [](DecodeArgs& a) { a.index_dtype = DType::kFloat32; }, {"index_dtype", "int32 or int64", "got fp32"}},
+      {"lens_dtype", [](DecodeArgs& a) { a.lens_dtype = static_cast<DType>(42); }, {"lens_dtype", "int32 or int64", "DType(42)"}},
+      {"kv_cache null", [](DecodeArgs& a) { a.kv_cache = nullptr; }, {"kv_cache must be non-null", "got nullptr"}},
+      {"inv_scale null", [](DecodeArgs& a) { a.inv_scale = nullptr; }, {"inv_scale must be non-null", "got nullptr"}},
+      {"q null", [](DecodeArgs& a) { a.q = nullptr; }, {"q must be non-null when num_tokens > 0", "got nullptr"}},
+      {"indices null", [](DecodeArgs& a) { a.indices = nullptr; }, {"indices must be non-null", "got nullptr"}},
+      {"lens null", [](DecodeArgs& a) { a.lens = nullptr; }, {"lens must be non-null", "got nullptr"}},
+      {"out null", [](DecodeArgs& a) { a.out = nullptr; }, {"out must be non-null", "got nullptr"}},
+      {"q misaligned", [](DecodeArgs& a) { a.q = static_cast<const char*>(a.q) + 1; }, {"q must be aligned to 2 bytes", "got address 0x"}},
+      {"out misaligned", [](DecodeArgs& a) { a.out = static_cast<char*>(a.out) + 1; }, {"out must be aligned to 2 bytes"}},
+      {"fp32 scale misaligned", [](DecodeArgs& a) { a.inv_scale_dtype = DType::kFloat32; a.inv_scale = static_cast<const char*>(a.inv_scale) + 2; },
+       {"inv_scale must be aligned to 4 bytes (fp32)"}},
+      {"int64 indices misaligned", [](DecodeArgs& a) { a.index_dtype = DType::kInt64; a.indices = static_cast<const char*>(a.indices) + 4; },
+       {"indices must be aligned to 8 bytes (int64)"}},
+      {"lens misaligned", [](DecodeArgs& a) { a.lens = static_cast<const char*>(a.lens) + 2; }, {"lens must be aligned to 4 bytes (int32)"}},
+      {"sink misaligned", [](DecodeArgs& a) { a.attn_sink = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.attn_sink) + 1); },
+       {"attn_sink must be aligned to 4 bytes"}},
+      {"lse misaligned", [](DecodeArgs& a) { a.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(a.lse) + 2); },
+       {"lse must be aligned to 4 bytes"}},
+      {"q heads overlap", [](DecodeArgs& a) { a.stride_q_head = 7; }, {"stride_q_head must be >= 8", "q does not overlap", "got 7"}},
+      {"q tokens overlap", [](DecodeArgs& a) { a.stride_q_token = 31; }, {"stride_q_token must be >= 32", "got 31"}},
+      {"q equal strides", [](DecodeArgs& a) { a.stride_q_token = 8; a.stride_q_head = 8; }, {"must be >= 16", "got 8"}},
+      {"q negative stride", [](DecodeArgs& a) { a.stride_q_head = -8; }, {"stride_q_head must be >= 8", "got -8"}},
+      {"out heads overlap", [](DecodeArgs& a) { a.stride_out_head = 4; }, {"stride_out_head must be >= 8", "out does not overlap", "got 4"}},
+      {"out tokens overlap", [](DecodeArgs& a) { a.stride_out_token = 0; }, {"stride_out_token must be >= 8", "got 0"}},
+      {"kv rows overlap", [](DecodeArgs& a) { a.stride_kv_token = 6; }, {"stride_kv_token must be >= 8", "kv_cache", "got 6"}},
+      {"kv blocks overlap", [](DecodeArgs& a) { a.stride_kv_block = 31; }, {"stride_kv_block must be >= 32", "got 31"}},
+      {"indices rows overlap", [](DecodeArgs& a) { a.stride_indices_token = 4; }, {"stride_indices_token must be >= 5", "got 4"}},
+      {"lse rows overlap", [](DecodeArgs& a) { a.stride_lse_token = 3; }, {"stride_lse_token must be >= 4", "got 3"}},
+      {"stride overflow", [](DecodeArgs& a) { a.stride_q_token = std::numeric_limits<int64_t>::max(); },
+       {"stride_q_token", "int64", "9223372036854775807"}},
+  };
+  for (const BadCase& c : cases) {
+    HostProblem p(small_shape(), 7);
+    p.set_sink({0.0f, 1.0f, 2.0f, 3.0f});
+    DecodeArgs a = p.args();
+    ASSERT_TRUE(validate_args(a).ok());
+    c.mutate(a);
+    expect_invalid(a, c);
+  }
+}
+
+TEST(Validation, CpuBackendTakesAnyHeadCountAndHeadDim) {
+  ProblemShape s = small_shape();
+  s.num_heads = 130;
+  s.head_dim = 3;
+  HostProblem p(s, 8);
+  EXPECT_TRUE(validate_args(p.args()).ok()) << validate_args(p.args()).message;
+  EXPECT_TRUE(decode(p.args()).ok());
+}
+
+TEST(Validation, ParamsCarryShapesDtypesAndSlots) {
+  ProblemShape s = small_shape();
+  s.inv_scale_dtype = DType::kFloat32;
+  s.index_dtype = DType::kInt64;
+  s.lens_dtype = DType::kInt64;
+  HostProblem p(s, 9);
+  const DecodeArgs a = p.args();
+  const DecodeParams params = make_params(a);
+  EXPECT_EQ(params.num_tokens, 2);
+  EXPECT_EQ(params.num_heads, 4);
+  EXPECT_EQ(params.head_dim, 8);
+  EXPECT_EQ(params.block_size, 4);
+  EXPECT_EQ(params.window_size, 4);
+  EXPECT_EQ(params.num_slots, 12);
+  EXPECT_EQ(params.inv_scale_is_f32, 1);
+  EXPECT_EQ(params.index_is_i64, 1);
+  EXPECT_EQ(params.lens_is_i64, 1);
+  EXPECT_EQ(params.stride_q_token, a.stride_q_token);
+  EXPECT_EQ(params.stride_kv_token, a.stride_kv_token);
+  EXPECT_EQ(params.stride_indices_token, a.stride_indices_token);
+  EXPECT_EQ(params.scale, a.scale);
+  EXPECT_EQ(static_cast<const void*>(params.q), a.q);
+  EXPECT_EQ(static_cast<void*>(params.out), a.out);
+  EXPECT_EQ(params.indices, a.indices);
+}
+
+}  // namespace
+}  // namespace swa_decode
