@@ -1,0 +1,118 @@
+#include "testing/timing.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "testing/cuda_check.h"
+#include "testing/device_buffer.h"
+
+namespace swa_decode::testing {
+namespace {
+
+class Event {
+ public:
+  Event() { SWAD_TESTING_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~Event() { (void)cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& other) noexcept : event_(other.event_) { other.event_ = nullptr; }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+double elapsed_us(const Event& start, const Event& stop) {
+  float ms = 0.0f;
+  SWAD_TESTING_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  return 1e3 * static_cast<double>(ms);
+}
+
+}  // namespace
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  if (values.size() % 2 == 1) return values[mid];
+  const double upper = values[mid];
+  return 0.5 * (upper + *std::max_element(values.begin(), values.begin() + mid));
+}
+
+double measure_copy_gbps(cudaStream_t stream, size_t bytes, int reps) {
+  DeviceBuffer src(bytes), dst(bytes);
+  src.fill_bytes(0x3C, stream);
+  dst.fill_bytes(0, stream);
+  SWAD_TESTING_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+  std::vector<Event> starts(reps), stops(reps);
+  for (int i = 0; i < reps; ++i) {
+    SWAD_TESTING_CUDA_CHECK(cudaEventRecord(starts[i].get(), stream));
+    SWAD_TESTING_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+    SWAD_TESTING_CUDA_CHECK(cudaEventRecord(stops[i].get(), stream));
+  }
+  SWAD_TESTING_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us(reps);
+  for (int i = 0; i < reps; ++i) us[i] = elapsed_us(starts[i], stops[i]);
+  return 2.0 * static_cast<double>(bytes) / (median(us) * 1e-6) / 1e9;
+}
+
+DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream) : stream_(stream) {
+  for (size_t i = 0; i < sets.size(); ++i) {
+    DecodeArgs args = sets[i];
+    args.stream = stream;
+    SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const Status status = decode(args);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (!status.ok()) {
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      throw std::runtime_error("decode() failed while capturing input set " + std::to_string(i) +
+                               " into a CUDA graph: " + status.message);
+    }
+    SWAD_TESTING_CUDA_CHECK(end);
+    graphs_.push_back(graph);
+    cudaGraphExec_t exec = nullptr;
+    SWAD_TESTING_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    execs_.push_back(exec);
+  }
+}
+
+DecodeGraphs::~DecodeGraphs() {
+  for (cudaGraphExec_t exec : execs_) (void)cudaGraphExecDestroy(exec);
+  for (cudaGraph_t graph : graphs_) (void)cudaGraphDestroy(graph);
+}
+
+void DecodeGraphs::replay(size_t set) { SWAD_TESTING_CUDA_CHECK(cudaGraphLaunch(execs_.at(set), stream_)); }
+
+void DecodeGraphs::replay_all() {
+  for (size_t i = 0; i < execs_.size(); ++i) replay(i);
+  SWAD_TESTING_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+GraphTiming DecodeGraphs::time(int64_t min_samples, int64_t min_rounds, int64_t warmup_rounds) {
+  const int64_t sets = static_cast<int64_t>(execs_.size());
+  if (sets == 0) return {};
+  for (int64_t round = 0; round < warmup_rounds; ++round) {
+    for (int64_t s = 0; s < sets; ++s) replay(s);
+  }
+  const int64_t rounds = std::max(min_rounds, (min_samples + sets - 1) / sets);
+  std::vector<Event> starts(rounds * sets), stops(rounds * sets);
+  for (int64_t round = 0, i = 0; round < rounds; ++round) {
+    for (int64_t s = 0; s < sets; ++s, ++i) {
+      SWAD_TESTING_CUDA_CHECK(cudaEventRecord(starts[i].get(), stream_));
+      replay(s);
+      SWAD_TESTING_CUDA_CHECK(cudaEventRecord(stops[i].get(), stream_));
+    }
+  }
+  SWAD_TESTING_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<double> us(starts.size());
+  for (size_t i = 0; i < us.size(); ++i) us[i] = elapsed_us(starts[i], stops[i]);
+  GraphTiming timing;
+  timing.samples = static_cast<int64_t>(us.size());
+  timing.min_us = *std::min_element(us.begin(), us.end());
+  timing.median_us = median(std::move(us));
+  return timing;
+}
+
+}  // namespace swa_decode::testing
