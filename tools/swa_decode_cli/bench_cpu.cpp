@@ -1,0 +1,69 @@
+// `swa-decode bench` without a GPU: the CPU backend on a small batch, checked, never timed.
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "testing/batch.h"
+#include "testing/check.h"
+#include "testing/device_batch.h"
+#include "tools/swa_decode_cli/bench.h"
+
+namespace swa_decode::cli {
+
+namespace st = swa_decode::testing;
+
+bool run_bench_cpu(const BenchOptions& o, BenchReport& report) {
+  constexpr int64_t kTokens = 2;
+  const int64_t heads = std::min<int64_t>(o.num_heads, 16);
+  report.device = "none (no CUDA device; CPU reference backend)";
+  std::printf("swa-decode bench: NO CUDA DEVICE FOUND. Running the CPU backend (Backend::kCpu, the float64\n"
+              "reference) on a small batch instead: T = %lld, H = %lld, W = %lld, D = 512 (--tokens is ignored).\n"
+              "This checks the argument path, the poisoning and the bf16/lse outputs; it is not a benchmark and\n"
+              "no timing is meaningful, so none is reported. commit %s%s, library %s\n\n",
+              static_cast<long long>(kTokens), static_cast<long long>(heads),
+              static_cast<long long>(o.window_size), report.commit.c_str(),
+              report.commit_dirty ? " (+ uncommitted changes)" : "", swa_decode::version());
+
+  st::BatchOptions bo;
+  bo.num_tokens = kTokens;
+  bo.num_heads = heads;
+  bo.head_dim = 512;
+  bo.window_size = o.window_size;
+  bo.index_dtype = o.index_dtype;
+  bo.lens_dtype = o.index_dtype;
+  bo.with_sink = true;
+  bo.with_lse = true;
+  bo.seed = o.seed;
+  const st::HostBatch batch = st::make_batch(bo);
+  st::HostTensors tensors = st::materialize_host(batch);
+  const DecodeArgs args = st::host_args(batch, tensors);
+  const SupportInfo support = query_support(args);
+  if (!support.supported) throw std::runtime_error("the CPU backend refused the batch: " + support.why_not);
+  const Status status = decode(args);
+  if (!status.ok()) throw std::runtime_error("decode (CPU backend) failed: " + status.message);
+
+  const st::Outputs outputs{.out = tensors.out, .lse = tensors.lse};
+  const st::CheckReport check = st::check_outputs(batch, outputs);
+  if (!check.ok) std::printf("%s\n%s", check.summary().c_str(), check.failures.c_str());
+
+  BenchRow row;
+  row.tokens = kTokens;
+  row.heads = heads;
+  row.window = o.window_size;
+  row.kernel = support.kernel;
+  row.index_type = dtype_label(o.index_dtype);
+  row.bytes = batch.floor_bytes(0, kTokens);
+  row.valid_per_token = static_cast<double>(batch.total_valid_entries(0, kTokens)) / kTokens;
+  row.input_sets = 1;
+  row.tokens_checked = check.tokens_compared;
+  row.tokens_scanned = check.tokens_total;
+  row.max_err = check.max_abs_err;
+  row.rel_l2 = check.rel_l2;
+  row.check_ok = check.ok;
+  print_table_header();
+  print_row(row);
+  report.rows.push_back(row);
+  return check.ok;
+}
+
+}  // namespace swa_decode::cli
