@@ -1,0 +1,378 @@
+// The GPU kernel against the float64 reference on fresh random realistic inputs, every unused cache
+// slot, scale and padding element poisoned with NaN, covering each rule of docs/semantics.md.
+// Every test skips cleanly when no CUDA device is present; the TestingHarness suite checks the
+// harness itself on the CPU backend and runs everywhere.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "swa_decode/swa_decode.h"
+#include "src/reference/reference.h"
+#include "testing/batch.h"
+#include "testing/check.h"
+#include "testing/cuda_check.h"
+#include "testing/device_batch.h"
+#include "testing/device_buffer.h"
+#include "testing/host_numerics.h"
+
+namespace {
+
+namespace st = swa_decode::testing;
+using swa_decode::DType;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The window every edge-case test uses, with index rows longer than it whose extra columns hold
+// in-range ids of poisoned slots: reading past window_size (or past lens) turns the output NaN.
+st::BatchOptions edge_options(int64_t num_tokens, int64_t num_heads, uint64_t seed) {
+  st::BatchOptions o;
+  o.num_tokens = num_tokens;
+  o.num_heads = num_heads;
+  o.window_size = 128;
+  o.index_cols = 160;
+  o.garbage_past_window = true;
+  o.with_sink = true;
+  o.seed = seed;
+  return o;
+}
+
+std::string describe(const st::BatchOptions& o) {
+  return "T=" + std::to_string(o.num_tokens) + " H=" + std::to_string(o.num_heads) +
+         " W=" + std::to_string(o.window_size) + " index_cols=" + std::to_string(o.index_cols) +
+         " indices=" + (o.index_dtype == DType::kInt32 ? "int32" : "int64") +
+         " lens=" + (o.lens_dtype == DType::kInt32 ? "int32" : "int64") +
+         " inv_scale=" + (o.inv_scale_dtype == DType::kFloat32 ? "fp32" : "bf16") +
+         " seed=" + std::to_string(o.seed);
+}
+
+// Generates, uploads, runs decode on pre-poisoned outputs and compares with the reference.
+void expect_matches_reference(const st::BatchOptions& options) {
+  SCOPED_TRACE(describe(options));
+  const st::HostBatch batch = st::make_batch(options);
+  st::DeviceBatch device = st::upload_batch(batch);
+  st::Stream stream;
+  st::poison_outputs(device, stream.get());
+  const swa_decode::Status status = swa_decode::decode(st::device_args(batch, device, 0, batch.num_tokens, stream.get()));
+  ASSERT_TRUE(status.ok()) << status.message;
+  stream.synchronize();
+  const st::CheckReport report = st::check_outputs(batch, st::download_outputs(device));
+  EXPECT_TRUE(report.ok) << report.summary() << "\n" << report.failures;
+}
+
+class GpuDecode : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!st::cuda_device_available()) GTEST_SKIP() << "no CUDA device: GPU tests skipped";
+  }
+};
+
+TEST_F(GpuDecode, RealisticBatch) {
+  st::BatchOptions o;
+  o.num_tokens = 64;
+  o.num_heads = 128;
+  o.index_dtype = DType::kInt32;
+  o.lens_dtype = DType::kInt32;
+  o.with_sink = true;
+  o.seed = 11;
+  expect_matches_reference(o);
+}
+
+// lens 0, -1, 1, W-1, W, W+1, once with contexts longer than the window (full index rows, so
+// lens < W leaves valid-looking ids past lens) and once with context = max(lens, 1).
+TEST_F(GpuDecode, LengthsAroundTheWindow) {
+  const std::vector<int64_t> lens = {0, -1, 1, 127, 128, 129};
+  for (DType type : {DType::kInt32, DType::kInt64}) {
+    st::BatchOptions o = edge_options(12, 16, 21);
+    o.index_dtype = o.lens_dtype = type;
+    for (int64_t len : lens) {
+      o.lens.push_back(len);
+      o.context_lens.push_back(1000 + len);
+    }
+    for (int64_t len : lens) {
+      o.lens.push_back(len);
+      o.context_lens.push_back(std::max<int64_t>(len, 1));
+    }
+    expect_matches_reference(o);
+  }
+}
+
+TEST_F(GpuDecode, HolesInTheWindow) {
+  st::BatchOptions o = edge_options(40, 32, 31);
+  o.hole_fraction = 0.3;
+  expect_matches_reference(o);
+}
+
+TEST_F(GpuDecode, DuplicateSlots) {
+  st::BatchOptions o = edge_options(40, 32, 41);
+  o.duplicate_fraction = 0.4;
+  expect_matches_reference(o);
+}
+
+TEST_F(GpuDecode, AllEntriesMissing) {
+  st::BatchOptions o = edge_options(16, 64, 51);
+  o.all_invalid_fraction = 1.0;  // every token empty: out 0, lse -inf, whatever the sink
+  expect_matches_reference(o);
+  o.all_invalid_fraction = 0.3;  // empty tokens next to full ones
+  o.seed = 52;
+  expect_matches_reference(o);
+}
+
+TEST_F(GpuDecode, IdsOutOfRange) {
+  for (DType type : {DType::kInt32, DType::kInt64}) {
+    st::BatchOptions o = edge_options(40, 16, 61);
+    o.index_dtype = o.lens_dtype = type;
+    o.out_of_range_fraction = 0.3;
+    expect_matches_reference(o);
+  }
+}
+
+TEST_F(GpuDecode, StridedTensors) {
+  st::BatchOptions o = edge_options(24, 32, 71);
+  o.kv_row_stride = 576;              // padded row format
+  o.q_head_stride = 576;
+  o.q_token_stride = 32 * 576 + 64;
+  o.out_head_stride = 640;
+  o.out_token_stride = 32 * 640 + 32;
+  o.lse_token_stride = 32 + 3;
+  o.index_row_pad = 5;
+  o.hole_fraction = 0.1;
+  expect_matches_reference(o);
+}
+
+TEST_F(GpuDecode, SinksInfiniteAndFinite) {
+  st::BatchOptions o = edge_options(16, 16, 81);
+  o.sinks = {kInf, -kInf, 0.0f, 3.5f, -1.0f, 8.0f, kInf, -kInf, 1.0f, -20.0f, 20.0f, 0.5f, -kInf, kInf, 2.0f, -3.0f};
+  o.lens = {128, 0, 1, 129, -1, 64, 128, 127, 5, 0, 128, 128, 33, 1, 128, 100};
+  o.context_lens.assign(16, 4000);
+  expect_matches_reference(o);
+}
+
+TEST_F(GpuDecode, NoSinkNoLse) {
+  st::BatchOptions o = edge_options(16, 32, 91);
+  o.with_sink = false;
+  o.with_lse = false;
+  o.hole_fraction = 0.1;
+  expect_matches_reference(o);
+}
+
+// H x index dtype x inv_scale dtype, every edge case mixed into one batch.
+class GpuDecodeShapes
+    : public ::testing::TestWithParam<std::tuple<int64_t, DType, DType>> {
+ protected:
+  void SetUp() override {
+    if (!st::cuda_device_available()) GTEST_SKIP() << "no CUDA device: GPU tests skipped";
+  }
+};
+
+TEST_P(GpuDecodeShapes, MixedEdgeCases) {
+  const auto [heads, index_type, scale_type] = GetParam();
+  st::BatchOptions o = edge_options(48, heads, 100 + heads);
+  o.index_dtype = o.lens_dtype = index_type;
+  o.inv_scale_dtype = scale_type;
+  o.hole_fraction = 0.1;
+  o.duplicate_fraction = 0.1;
+  o.out_of_range_fraction = 0.05;
+  o.all_invalid_fraction = 0.05;
+  expect_matches_reference(o);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadsIndexScale, GpuDecodeShapes,
+                         ::testing::Combine(::testing::Values(1, 8, 16, 32, 64, 128),
+                                            ::testing::Values(DType::kInt32, DType::kInt64),
+                                            ::testing::Values(DType::kBFloat16, DType::kFloat32)));
+
+TEST_F(GpuDecode, LongWindows) {
+  for (int64_t window : {512, 1024}) {
+    for (int64_t heads : {16, 128}) {
+      st::BatchOptions o = edge_options(8, heads, 200 + window + heads);
+      o.window_size = window;
+      o.index_cols = window + 100;
+      o.hole_fraction = 0.05;
+      expect_matches_reference(o);
+    }
+  }
+}
+
+TEST_F(GpuDecode, TokenCounts) {
+  for (int64_t tokens : {1, 3, 64, 300}) {
+    st::BatchOptions o = edge_options(tokens, tokens == 300 ? 128 : 64, 300 + tokens);
+    o.index_dtype = o.lens_dtype = DType::kInt32;
+    expect_matches_reference(o);
+  }
+}
+
+TEST_F(GpuDecode, ZeroTokensIsANoOp) {
+  const st::HostBatch batch = st::make_batch(edge_options(1, 16, 400));
+  st::DeviceBatch device = st::upload_batch(batch);
+  st::Stream stream;
+  st::poison_outputs(device, stream.get());
+  const swa_decode::Status status = swa_decode::decode(st::device_args(batch, device, 0, 0, stream.get()));
+  ASSERT_TRUE(status.ok()) << status.message;
+  stream.synchronize();
+  const st::Outputs outputs = st::download_outputs(device);
+  for (uint16_t bits : outputs.out) ASSERT_EQ(bits, st::kBf16PoisonBits) << "num_tokens 0 wrote out";
+}
+
+// Capture once, then replay with new inputs copied into the same buffers: the graph must read the
+// data at replay time, not at capture time.
+TEST_F(GpuDecode, GraphReplayWithNewInputs) {
+  st::BatchOptions o = edge_options(32, 64, 500);
+  o.context_lens.assign(32, 0);
+  for (int64_t t = 0; t < 32; ++t) o.context_lens[t] = 50 + 250 * t;  // same pool size every draw
+  o.spare_blocks = 8;
+  o.hole_fraction = 0.1;
+  const st::HostBatch first = st::make_batch(o);
+  st::DeviceBatch device = st::upload_batch(first);
+  st::Stream stream;
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  const swa_decode::Status status = swa_decode::decode(st::device_args(first, device, 0, first.num_tokens, stream.get()));
+  SWAD_TESTING_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  ASSERT_TRUE(status.ok()) << status.message;
+  SWAD_TESTING_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (uint64_t replay = 1; replay <= 2; ++replay) {
+    o.seed = 500 + replay;
+    const st::HostBatch next = st::make_batch(o);
+    st::upload_into(next, device);
+    st::poison_outputs(device, stream.get());
+    SWAD_TESTING_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    stream.synchronize();
+    const st::CheckReport report = st::check_outputs(next, st::download_outputs(device));
+    EXPECT_TRUE(report.ok) << "replay " << replay << ": " << report.summary() << "\n" << report.failures;
+  }
+  SWAD_TESTING_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  SWAD_TESTING_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// ---- The harness itself, on the CPU backend (runs without a GPU) ----
+
+st::Outputs run_cpu_backend(const st::HostBatch& batch) {
+  st::HostTensors tensors = st::materialize_host(batch);
+  const swa_decode::Status status = swa_decode::decode(st::host_args(batch, tensors));
+  EXPECT_TRUE(status.ok()) << status.message;
+  return st::Outputs{.out = tensors.out, .lse = tensors.lse};
+}
+
+TEST(TestingHarness, CpuBackendPassesTheCheck) {
+  st::BatchOptions o = edge_options(6, 8, 600);
+  o.head_dim = 64;
+  o.hole_fraction = o.duplicate_fraction = o.out_of_range_fraction = 0.1;
+  o.all_invalid_fraction = 0.2;
+  o.kv_row_stride = 80;
+  o.out_head_stride = 72;
+  o.lse_token_stride = 11;
+  const st::HostBatch batch = st::make_batch(o);
+  const st::CheckReport report = st::check_outputs(batch, run_cpu_backend(batch));
+  EXPECT_TRUE(report.ok) << report.summary() << "\n" << report.failures;
+  EXPECT_EQ(report.tokens_compared, 6);
+}
+
+TEST(TestingHarness, CheckCatchesWrongUnwrittenAndOverrunOutputs) {
+  st::BatchOptions o = edge_options(3, 4, 601);
+  o.head_dim = 64;
+  o.out_head_stride = 70;
+  o.context_lens = {500, 500, 500};
+  const st::HostBatch batch = st::make_batch(o);
+  const st::Outputs good = run_cpu_backend(batch);
+
+  st::Outputs wrong = good;
+  const float value = st::bf16_bits_to_float(wrong.out[5]);
+  wrong.out[5] = st::float_to_bf16_bits(value + 0.25f + 0.1f * std::fabs(value));
+  EXPECT_GT(st::check_outputs(batch, wrong).out_violations, 0);
+
+  st::Outputs unwritten = good;
+  unwritten.out[batch.out_token_stride + 3] = st::kBf16PoisonBits;
+  const st::CheckReport report = st::check_outputs(batch, unwritten);
+  EXPECT_FALSE(report.ok);
+  EXPECT_EQ(report.out_unwritten, 1);
+
+  st::Outputs overrun = good;
+  overrun.out[64] = 0;  // between head 0 and head 1 (head stride 70 > D = 64)
+  EXPECT_EQ(st::check_outputs(batch, overrun).out_gap_writes, 1);
+
+  st::Outputs bad_lse = good;
+  bad_lse.lse[1] += 0.1f;
+  EXPECT_EQ(st::check_outputs(batch, bad_lse).lse_violations, 1);
+}
+
+// Every slot no valid entry names is poisoned; every valid entry names a finite, live row.
+TEST(TestingHarness, PoisonCoversEverySlotNoValidEntryNames) {
+  st::BatchOptions o = edge_options(20, 2, 602);
+  o.head_dim = 32;
+  o.hole_fraction = o.duplicate_fraction = o.out_of_range_fraction = 0.2;
+  o.lens = {0, -1, 1, 127, 128, 129, 5, 0, 128, 128, 128, 128, 128, 128, 128, 128, 128, 128, 128, 128};
+  o.max_context = 600;
+  o.kv_row_stride = 40;
+  const st::HostBatch batch = st::make_batch(o);
+  const st::HostTensors tensors = st::materialize_host(batch);
+  std::vector<bool> named(batch.num_slots, false);
+  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+    const int64_t cols = std::clamp<int64_t>(batch.lens[t], 0, batch.window_size);
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t id = batch.indices[t * batch.index_stride + c];
+      if (id >= 0 && id < batch.num_slots) named[id] = true;
+    }
+  }
+  for (int64_t slot = 0; slot < batch.num_slots; ++slot) {
+    const uint8_t* row = &tensors.kv_cache[slot * batch.kv_row_stride];
+    const float scale = st::bf16_bits_to_float(static_cast<uint16_t>(tensors.inv_scale[2 * slot] |
+                                                                      tensors.inv_scale[2 * slot + 1] << 8));
+    ASSERT_EQ(std::isnan(scale), !named[slot]) << "slot " << slot;
+    for (int64_t b = 0; b < batch.kv_row_stride; ++b) {
+      const bool poisoned = row[b] == st::kE4m3NaN;
+      if (b >= batch.head_dim || !named[slot]) {
+        ASSERT_TRUE(poisoned) << "slot " << slot << " byte " << b;
+      } else {
+        ASSERT_TRUE((row[b] & 0x7F) != 0x7F) << "live slot " << slot << " holds a NaN code";
+      }
+    }
+  }
+}
+
+// The compact copy select_tokens builds gives the same reference result as the full batch.
+TEST(TestingHarness, SelectTokensPreservesResults) {
+  st::BatchOptions o = edge_options(10, 4, 603);
+  o.head_dim = 64;
+  o.index_dtype = DType::kInt64;
+  o.hole_fraction = o.duplicate_fraction = o.out_of_range_fraction = 0.15;
+  const st::HostBatch batch = st::make_batch(o);
+  st::HostTensors full_tensors = st::materialize_host(batch);
+  const auto full = swa_decode::reference::compute(st::host_args(batch, full_tensors));
+  const std::vector<int64_t> tokens = {7, 2, 9};
+  const st::HostBatch subset = st::select_tokens(batch, tokens);
+  st::HostTensors subset_tensors = st::materialize_host(subset);
+  const auto part = swa_decode::reference::compute(st::host_args(subset, subset_tensors));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (int64_t h = 0; h < batch.num_heads; ++h) {
+      EXPECT_EQ(part.lse_at(i, h), full.lse_at(tokens[i], h));
+      for (int64_t d = 0; d < batch.head_dim; ++d) {
+        ASSERT_EQ(part.out_at(i, h, d), full.out_at(tokens[i], h, d)) << "token " << tokens[i];
+      }
+    }
+  }
+}
+
+TEST(TestingHarness, E4m3EncodeRoundTripsEveryFiniteCode) {
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7F) == 0x7F) continue;
+    const double value = st::e4m3_to_double(static_cast<uint8_t>(code));
+    const uint8_t back = st::double_to_e4m3(value);
+    if (value == 0.0) {
+      EXPECT_EQ(back & 0x7F, 0);
+    } else {
+      EXPECT_EQ(back, code) << value;
+    }
+  }
+  EXPECT_EQ(st::double_to_e4m3(1e6), 0x7E);   // saturates, never NaN
+  EXPECT_EQ(st::double_to_e4m3(-1e6), 0xFE);
+}
+
+}  // namespace
