@@ -58,13 +58,22 @@ double measure_copy_gbps(cudaStream_t stream, size_t bytes, int reps) {
 }
 
 DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream) : stream_(stream) {
+  try {
+    capture(sets);
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void DecodeGraphs::capture(const std::vector<DecodeArgs>& sets) {
   for (size_t i = 0; i < sets.size(); ++i) {
     DecodeArgs args = sets[i];
-    args.stream = stream;
-    SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    args.stream = stream_;
+    SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const Status status = decode(args);
     cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (!status.ok()) {
       if (graph != nullptr) (void)cudaGraphDestroy(graph);
       throw std::runtime_error("decode() failed while capturing input set " + std::to_string(i) +
@@ -78,9 +87,13 @@ DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream) : 
   }
 }
 
-DecodeGraphs::~DecodeGraphs() {
+DecodeGraphs::~DecodeGraphs() { release(); }
+
+void DecodeGraphs::release() {
   for (cudaGraphExec_t exec : execs_) (void)cudaGraphExecDestroy(exec);
   for (cudaGraph_t graph : graphs_) (void)cudaGraphDestroy(graph);
+  execs_.clear();
+  graphs_.clear();
 }
 
 void DecodeGraphs::replay(size_t set) { SWAD_TESTING_CUDA_CHECK(cudaGraphLaunch(execs_.at(set), stream_)); }

@@ -41,6 +41,9 @@ class DecodeGraphs {
   GraphTiming time(int64_t min_samples = 400, int64_t min_rounds = 10, int64_t warmup_rounds = 3);
 
  private:
+  void capture(const std::vector<DecodeArgs>& sets);
+  void release();
+
   cudaStream_t stream_;
   std::vector<cudaGraph_t> graphs_;
   std::vector<cudaGraphExec_t> execs_;
