@@ -184,7 +184,13 @@ TEST_P(GpuDecodeShapes, MixedEdgeCases) {
 INSTANTIATE_TEST_SUITE_P(HeadsIndexScale, GpuDecodeShapes,
                          ::testing::Combine(::testing::Values(1, 8, 16, 32, 64, 128),
                                             ::testing::Values(DType::kInt32, DType::kInt64),
-                                            ::testing::Values(DType::kBFloat16, DType::kFloat32)));
+                                            ::testing::Values(DType::kBFloat16, DType::kFloat32)),
+                         [](const auto& info) {
+                           const auto [heads, index_type, scale_type] = info.param;
+                           return "H" + std::to_string(heads) +
+                                  (index_type == DType::kInt32 ? "_int32" : "_int64") +
+                                  (scale_type == DType::kFloat32 ? "_fp32scale" : "_bf16scale");
+                         });
 
 TEST_F(GpuDecode, LongWindows) {
   for (int64_t window : {512, 1024}) {
