@@ -25,6 +25,7 @@ enum class StatusCode : int32_t {
   kInvalidArgument = 1,  // a pointer, shape, stride or dtype is wrong; the message names it
   kNotSupported = 2,     // valid input that no kernel of this build runs (e.g. head_dim 96 on GPU)
   kCudaError = 3,        // a CUDA call failed; the message carries cudaGetErrorString
+  kInternal = 4,         // a bug or host out-of-memory inside the library; the message says what
 };
 
 struct Status {
@@ -91,7 +92,7 @@ struct DecodeArgs {
 // What would run for a given shape, decided without touching the data or launching anything.
 struct SupportInfo {
   bool supported = false;
-  std::string kernel;   // e.g. "portable_mma_h16x2", "sm90_wgmma", "cpu_reference"
+  std::string kernel;   // e.g. "portable_mma_g2", "sm90_wgmma", "cpu_reference"
   int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (1 for the CPU path)
   std::string why_not;  // filled when !supported: which argument, what was expected, what was seen
 };

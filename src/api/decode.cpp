@@ -104,11 +104,10 @@ SupportInfo from_choice(const KernelChoice& choice) {
   return info;
 }
 
-// Status for an exception escaping the library's own code. The API has no "internal" code; the
-// message says what happened, and bad_alloc (host memory for a message or the CPU reference) is
-// the only exception the library can raise itself.
+// Status for an exception escaping the library's own code: bad_alloc (host memory for a message or
+// the CPU reference) is the only exception the library can raise itself.
 Status from_exception(const char* what) {
-  return {StatusCode::kNotSupported, std::string("swa_decode internal error: ") + what};
+  return {StatusCode::kInternal, std::string("swa_decode internal error: ") + what};
 }
 
 }  // namespace
@@ -169,10 +168,27 @@ Status decode(const DecodeArgs& args) noexcept {
     try {
       return from_exception(e.what());
     } catch (...) {
-      return {StatusCode::kNotSupported, {}};
+      return {StatusCode::kInternal, {}};
     }
   } catch (...) {
-    return {StatusCode::kNotSupported, {}};
+    return {StatusCode::kInternal, {}};
+  }
+}
+
+Status decode_with_kernel(const DecodeArgs& args, KernelId kernel) noexcept {
+  try {
+    const Status status = validate_args(args);
+    if (!status.ok()) return status;
+    if (args.backend == Backend::kCpu) return {StatusCode::kInvalidArgument, "backend must be kCuda, got kCpu"};
+    DeviceInfo device{};
+    const Status probe = device_info(-1, &device);
+    if (!probe.ok()) return probe;
+    const DecodeParams params = make_params(args);
+    const KernelChoice choice = select_kernel(decode_shape(params), device, kernel);
+    if (choice.id == KernelId::kNone) return {StatusCode::kNotSupported, choice.why_not};
+    return launch_decode(params, choice, args.stream);
+  } catch (const std::exception& e) {
+    return from_exception(e.what());
   }
 }
 

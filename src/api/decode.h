@@ -15,4 +15,8 @@ SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device);
 // kv_cache rows and of the q / out rows, from make_params' normalised strides).
 DecodeShape decode_shape(const DecodeParams& params);
 
+// decode() restricted to one kernel family (tests and the bench run every kernel a shape
+// supports, not only the one select_kernel prefers). kNotSupported if that kernel cannot run it.
+Status decode_with_kernel(const DecodeArgs& args, KernelId kernel) noexcept;
+
 }  // namespace swa_decode

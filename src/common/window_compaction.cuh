@@ -30,13 +30,14 @@ __device__ __forceinline__ float load_inv_scale(const DecodeParams& p, int64_t s
 // Writes, for each valid entry of `token` in column order, the byte offset of its cache row from
 // p.kv_cache to s_row_offset[0, n) and its inverse scale to s_inv_scale[0, n); returns n. The
 // 64-bit slot -> (block, offset) division happens here once per entry, not once per copy.
-// s_warp_counts needs kThreads / 32 ints. Ends with a barrier.
-template <int kThreads>
-__device__ int compact_window(const DecodeParams& p, int token, int64_t* s_row_offset, float* s_inv_scale,
-                              int* s_warp_counts) {
+// Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
+// exactly those threads. s_warp_counts needs kThreads / 32 ints. On return every entry written is
+// visible to all participating threads (the last write is followed by `sync`).
+template <int kThreads, typename Sync>
+__device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sync, int64_t* s_row_offset,
+                              float* s_inv_scale, int* s_warp_counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
   constexpr int kWarps = kThreads / 32;
-  const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
   const int columns = columns_in_window(load_token_length(p, token), p.window_size);
@@ -49,7 +50,7 @@ __device__ int compact_window(const DecodeParams& p, int token, int64_t* s_row_o
     const bool valid = column < columns && slot_is_valid(slot, p.num_slots);
     const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, valid);
     if (lane == 0) s_warp_counts[warp] = __popc(ballot);
-    __syncthreads();
+    sync();
     int before = num_valid;
     int chunk_total = 0;
 #pragma unroll
@@ -64,7 +65,7 @@ __device__ int compact_window(const DecodeParams& p, int token, int64_t* s_row_o
       s_inv_scale[entry] = load_inv_scale(p, slot);
     }
     num_valid += chunk_total;
-    __syncthreads();  // s_warp_counts is rewritten by the next chunk
+    sync();  // s_warp_counts is rewritten by the next chunk
   }
   return num_valid;
 }

@@ -3,6 +3,9 @@
 #include <string>
 
 #include "src/kernels/portable/launch_portable.h"
+#if defined(SWA_DECODE_HAS_SM90)
+#include "src/kernels/sm90/launch_sm90.h"
+#endif
 
 namespace swa_decode {
 namespace {
@@ -17,6 +20,10 @@ cudaError_t launch_choice(const DecodeParams& params, const KernelChoice& choice
     case KernelId::kPortableMma:
       return choice.head_groups_per_cta == 2 ? launch_portable_decode<2>(params, stream)
                                              : launch_portable_decode<1>(params, stream);
+#if defined(SWA_DECODE_HAS_SM90)
+    case KernelId::kSm90Wgmma:
+      return launch_sm90_decode(params, choice.persistent_ctas, stream);
+#endif
     default:
       return cudaErrorInvalidValue;
   }

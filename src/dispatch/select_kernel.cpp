@@ -10,15 +10,49 @@ constexpr int64_t kMaxHeads = 128;
 constexpr int64_t kMaxWindow = 1024;
 constexpr int32_t kMinComputeCapability = 80;  // mma.sync bf16 + cp.async
 
+constexpr int64_t kSm90MaxWindow = 128;
+constexpr int64_t kSm90SmemBytes = 222 * 1024;  // upper bound of sm90::kSmemBytes (checked there)
+constexpr int64_t kSm90MinHeads = 17;  // 16 heads or fewer: 64-row wgmma would waste 4x the math
+
 KernelChoice unsupported(std::string why) {
   KernelChoice choice;
   choice.why_not = std::move(why);
   return choice;
 }
 
+// Why the sm_90a fast path cannot run a shape the portable kernel runs, or "" if it can.
+std::string sm90_why_not(const DecodeShape& shape, const DeviceInfo& device) {
+  if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";
+  if (device.cc_major != 9 || device.cc_minor != 0) {
+    return "the sm90 kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
+           std::to_string(device.cc_minor);
+  }
+  if (shape.window_size > kSm90MaxWindow) {
+    return "the sm90 kernel holds the whole window in shared memory: window_size must be <= 128, got " +
+           std::to_string(shape.window_size);
+  }
+  if (shape.kv_row_alignment < 16) {
+    return "the sm90 kernel copies cache rows 16 bytes at a time: kv_cache address and strides must be "
+           "multiples of 16, got alignment " + std::to_string(shape.kv_row_alignment);
+  }
+  if (device.smem_optin_bytes < kSm90SmemBytes) {
+    return "the sm90 kernel needs " + std::to_string(kSm90SmemBytes) + " bytes of shared memory per block, device "
+           "allows " + std::to_string(device.smem_optin_bytes);
+  }
+  return {};
+}
+
 }  // namespace
 
-KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device) {
+bool sm90_kernel_built() {
+#if defined(SWA_DECODE_HAS_SM90)
+  return true;
+#else
+  return false;
+#endif
+}
+
+KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, KernelId only) {
   const int32_t cc = device.cc_major * 10 + device.cc_minor;
   if (cc < kMinComputeCapability) {
     return unsupported("device compute capability must be >= 8.0 (mma.sync bf16), got " +
@@ -42,6 +76,17 @@ KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device) {
   if (!shape.q_out_aligned_16) {
     return unsupported("q and out addresses and their token/head strides must be multiples of 8 elements "
                        "(16 bytes) on the GPU");
+  }
+
+  const std::string sm90_problem = sm90_why_not(shape, device);
+  const bool sm90_fits = sm90_problem.empty();
+  if (only == KernelId::kSm90Wgmma || (only == KernelId::kNone && sm90_fits && shape.num_heads >= kSm90MinHeads)) {
+    if (!sm90_fits) return unsupported(sm90_problem);
+    KernelChoice choice;
+    choice.id = KernelId::kSm90Wgmma;
+    choice.persistent_ctas = device.num_sms;
+    choice.name = "sm90_wgmma";
+    return choice;
   }
 
   KernelChoice choice;

@@ -33,11 +33,16 @@ struct DeviceInfo {
 
 struct KernelChoice {
   KernelId id = KernelId::kNone;
-  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds
+  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (portable kernel)
+  int32_t persistent_ctas = 0;      // CTAs of a persistent kernel (sm90: one per SM)
   std::string name;                 // stable, printed by the bench and query_support
   std::string why_not;              // set when id == kNone
 };
 
-KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device);
+// Whether this build contains the sm_90a fast path (CMake builds it when sm_90 is a target).
+bool sm90_kernel_built();
+
+// `only` restricts the choice to one kernel family (KernelId::kNone = free choice).
+KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, KernelId only = KernelId::kNone);
 
 }  // namespace swa_decode

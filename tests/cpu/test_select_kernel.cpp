@@ -35,13 +35,43 @@ TEST(SelectKernel, DeepSeekShapesRunOnHopperAndAmpere) {
           EXPECT_NE(choice.id, KernelId::kNone) << heads << " heads, " << choice.why_not;
           EXPECT_FALSE(choice.name.empty());
           EXPECT_TRUE(choice.why_not.empty()) << choice.why_not;
-          EXPECT_GE(choice.head_groups_per_cta, 1);
-          // A CTA never holds more 16-head groups than the problem has.
-          EXPECT_LE(choice.head_groups_per_cta, (heads + 15) / 16 > 1 ? (heads + 15) / 16 : 1);
+          if (choice.id == KernelId::kSm90Wgmma) {
+            EXPECT_EQ(choice.persistent_ctas, device.num_sms);
+          } else {
+            EXPECT_GE(choice.head_groups_per_cta, 1);
+            // A CTA never holds more 16-head groups than the problem has.
+            EXPECT_LE(choice.head_groups_per_cta, (heads + 15) / 16 > 1 ? (heads + 15) / 16 : 1);
+          }
         }
       }
     }
   }
+}
+
+TEST(SelectKernel, HopperFastPathWhereItFits) {
+  // The sm90 kernel runs H > 16 with the whole window (<= 128) in shared memory and 16-byte rows;
+  // everything else, and every non-Hopper device, runs the portable kernel.
+  const bool built = sm90_kernel_built();
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200).id, built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 64, 512, 100), kH200).id, built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200).id, KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 129), kH200).id, KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kA100).id, KernelId::kPortableMma);
+  DecodeShape eight_byte_rows = shape(512, 128, 512, 128);
+  eight_byte_rows.kv_row_alignment = 8;  // e.g. 584-byte rows
+  EXPECT_EQ(select_kernel(eight_byte_rows, kH200).id, KernelId::kPortableMma);
+
+  // Forcing a kernel family answers whether that kernel could run the shape, and why not.
+  const KernelChoice forced = select_kernel(shape(512, 128, 512, 128), kA100, KernelId::kSm90Wgmma);
+  EXPECT_EQ(forced.id, KernelId::kNone);
+  EXPECT_NE(forced.why_not.find(built ? "compute capability 9.0, got 8.0" : "no sm_90a kernel"), std::string::npos)
+      << forced.why_not;
+  const KernelChoice wide = select_kernel(shape(512, 128, 512, 256), kH200, KernelId::kSm90Wgmma);
+  EXPECT_EQ(wide.id, KernelId::kNone);
+  if (built) {
+    EXPECT_NE(wide.why_not.find("window_size must be <= 128, got 256"), std::string::npos) << wide.why_not;
+  }
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma).id, KernelId::kPortableMma);
 }
 
 TEST(SelectKernel, SelectionIsPure) {

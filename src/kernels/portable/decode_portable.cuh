@@ -154,7 +154,9 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups
     }
   }
 
-  const int num_valid = compact_window<kThreads>(p, token, smem.row_offset, smem.inv_scale, smem.warp_counts);
+  const int num_valid = compact_window<kThreads>(
+      p, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, smem.row_offset, smem.inv_scale,
+      smem.warp_counts);
   const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
   const int copy_width = kv_copy_width(p);
   const float logit_scale = p.scale * kLog2e;
