@@ -2,7 +2,8 @@
 // swa_decode::decode. It checks only what DecodeArgs cannot express (rank, the unit stride in D,
 // shapes that must agree across tensors, one device for all, the DLPack dtype of each tensor);
 // every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's, and its
-// Status comes back as an exception with the message intact.
+// Status comes back as an exception with the message intact: ValueError for kInvalidArgument and
+// kNotSupported, RuntimeError for kCudaError and kInternal.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -270,7 +271,8 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
     case swa_decode::StatusCode::kOk: return;
     case swa_decode::StatusCode::kInvalidArgument:
     case swa_decode::StatusCode::kNotSupported: value_error(status.message);
-    case swa_decode::StatusCode::kCudaError: throw std::runtime_error(status.message);
+    case swa_decode::StatusCode::kCudaError:
+    case swa_decode::StatusCode::kInternal: throw std::runtime_error(status.message);
   }
   throw std::runtime_error("swa_decode::decode returned an unknown status code " +
                            std::to_string(static_cast<int>(status.code)) + ": " + status.message);
