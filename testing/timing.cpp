@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "src/api/decode.h"
 #include "testing/cuda_check.h"
 #include "testing/device_buffer.h"
 
@@ -57,7 +58,8 @@ double measure_copy_gbps(cudaStream_t stream, size_t bytes, int reps) {
   return 2.0 * static_cast<double>(bytes) / (median(us) * 1e-6) / 1e9;
 }
 
-DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream) : stream_(stream) {
+DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream, KernelId kernel)
+    : stream_(stream), kernel_(kernel) {
   try {
     capture(sets);
   } catch (...) {
@@ -71,7 +73,7 @@ void DecodeGraphs::capture(const std::vector<DecodeArgs>& sets) {
     DecodeArgs args = sets[i];
     args.stream = stream_;
     SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    const Status status = decode(args);
+    const Status status = kernel_ == KernelId::kNone ? decode(args) : decode_with_kernel(args, kernel_);
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (!status.ok()) {

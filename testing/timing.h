@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "swa_decode/swa_decode.h"
+#include "src/dispatch/select_kernel.h"
 
 namespace swa_decode::testing {
 
@@ -23,12 +24,13 @@ struct GraphTiming {
   int64_t samples = 0;
 };
 
-// One instantiated CUDA graph per input set, each holding one decode() call on `stream`.
+// One instantiated CUDA graph per input set, each holding one decode() call on `stream` (or
+// decode_with_kernel(kernel) when `kernel` names a kernel family).
 // Construction throws std::runtime_error if capture fails or decode returns an error (the message
 // carries decode's Status message).
 class DecodeGraphs {
  public:
-  DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream);
+  DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream, KernelId kernel = KernelId::kNone);
   ~DecodeGraphs();
   DecodeGraphs(const DecodeGraphs&) = delete;
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
@@ -45,6 +47,7 @@ class DecodeGraphs {
   void release();
 
   cudaStream_t stream_;
+  KernelId kernel_;
   std::vector<cudaGraph_t> graphs_;
   std::vector<cudaGraphExec_t> execs_;
 };

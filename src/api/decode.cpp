@@ -175,6 +175,16 @@ Status decode(const DecodeArgs& args) noexcept {
   }
 }
 
+SupportInfo query_support_for_kernel(const DecodeArgs& args, KernelId kernel) {
+  const Status status = validate_args(args);
+  if (!status.ok()) return not_supported(status.message);
+  if (args.backend == Backend::kCpu) return not_supported("backend must be kCuda, got kCpu");
+  DeviceInfo device{};
+  const Status probe = device_info(-1, &device);
+  if (!probe.ok()) return not_supported(probe.message);
+  return from_choice(select_kernel(decode_shape(make_params(args)), device, kernel));
+}
+
 Status decode_with_kernel(const DecodeArgs& args, KernelId kernel) noexcept {
   try {
     const Status status = validate_args(args);

@@ -19,4 +19,7 @@ DecodeShape decode_shape(const DecodeParams& params);
 // supports, not only the one select_kernel prefers). kNotSupported if that kernel cannot run it.
 Status decode_with_kernel(const DecodeArgs& args, KernelId kernel) noexcept;
 
+// query_support for the current device restricted to one kernel family, as decode_with_kernel runs.
+SupportInfo query_support_for_kernel(const DecodeArgs& args, KernelId kernel);
+
 }  // namespace swa_decode

@@ -4,6 +4,7 @@
 // harness itself on the CPU backend and runs everywhere.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "swa_decode/swa_decode.h"
+#include "src/api/decode.h"
 #include "src/reference/reference.h"
 #include "testing/batch.h"
 #include "testing/check.h"
@@ -50,6 +52,26 @@ std::string describe(const st::BatchOptions& o) {
          " seed=" + std::to_string(o.seed);
 }
 
+// SWA_DECODE_TEST_KERNEL=portable|sm90 runs every GPU test on that kernel family where it supports
+// the shape (and on the default choice where it does not), so one binary covers every kernel.
+swa_decode::KernelId kernel_under_test() {
+  const char* name = std::getenv("SWA_DECODE_TEST_KERNEL");
+  if (name == nullptr) return swa_decode::KernelId::kNone;
+  const std::string kernel(name);
+  if (kernel == "portable") return swa_decode::KernelId::kPortableMma;
+  if (kernel == "sm90") return swa_decode::KernelId::kSm90Wgmma;
+  return swa_decode::KernelId::kNone;
+}
+
+swa_decode::Status run_decode(const swa_decode::DecodeArgs& args) {
+  const swa_decode::KernelId kernel = kernel_under_test();
+  if (kernel != swa_decode::KernelId::kNone) {
+    const swa_decode::Status forced = swa_decode::decode_with_kernel(args, kernel);
+    if (forced.code != swa_decode::StatusCode::kNotSupported) return forced;
+  }
+  return swa_decode::decode(args);
+}
+
 // Generates, uploads, runs decode on pre-poisoned outputs and compares with the reference.
 void expect_matches_reference(const st::BatchOptions& options) {
   SCOPED_TRACE(describe(options));
@@ -57,7 +79,7 @@ void expect_matches_reference(const st::BatchOptions& options) {
   st::DeviceBatch device = st::upload_batch(batch);
   st::Stream stream;
   st::poison_outputs(device, stream.get());
-  const swa_decode::Status status = swa_decode::decode(st::device_args(batch, device, 0, batch.num_tokens, stream.get()));
+  const swa_decode::Status status = run_decode(st::device_args(batch, device, 0, batch.num_tokens, stream.get()));
   ASSERT_TRUE(status.ok()) << status.message;
   stream.synchronize();
   const st::CheckReport report = st::check_outputs(batch, st::download_outputs(device));
@@ -222,7 +244,7 @@ TEST_F(GpuDecode, ZeroTokensIsANoOp) {
   st::DeviceBatch device = st::upload_batch(batch);
   st::Stream stream;
   st::poison_outputs(device, stream.get());
-  const swa_decode::Status status = swa_decode::decode(st::device_args(batch, device, 0, 0, stream.get()));
+  const swa_decode::Status status = run_decode(st::device_args(batch, device, 0, 0, stream.get()));
   ASSERT_TRUE(status.ok()) << status.message;
   stream.synchronize();
   const st::Outputs outputs = st::download_outputs(device);
@@ -244,7 +266,7 @@ TEST_F(GpuDecode, GraphReplayWithNewInputs) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  const swa_decode::Status status = swa_decode::decode(st::device_args(first, device, 0, first.num_tokens, stream.get()));
+  const swa_decode::Status status = run_decode(st::device_args(first, device, 0, first.num_tokens, stream.get()));
   SWAD_TESTING_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   ASSERT_TRUE(status.ok()) << status.message;
   SWAD_TESTING_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));

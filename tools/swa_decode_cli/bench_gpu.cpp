@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "src/api/decode.h"
 #include "testing/batch.h"
 #include "testing/check.h"
 #include "testing/cuda_check.h"
@@ -37,8 +39,10 @@ DeviceFacts read_device() {
   return DeviceFacts{.name = prop.name, .l2_bytes = prop.l2CacheSize, .num_sms = prop.multiProcessorCount};
 }
 
-BenchRow bench_one(const BenchOptions& o, int64_t T, const DeviceFacts& device, double copy_gbps,
-                   cudaStream_t stream) {
+// One row for kernel family `kernel` (kNone = decode()'s choice), or nothing when a forced family
+// cannot run the shape (said on stdout).
+std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId kernel, const DeviceFacts& device,
+                                  double copy_gbps, cudaStream_t stream) {
   // Enough sets that one round of replays touches > 2x L2, so no replay finds its inputs cached.
   const int64_t index_bytes = o.index_dtype == DType::kInt32 ? 4 : 8;
   const int64_t est_set_bytes = T * (4 * o.num_heads * kHeadDim + o.window_size * (kHeadDim + 2 + index_bytes));
@@ -59,12 +63,18 @@ BenchRow bench_one(const BenchOptions& o, int64_t T, const DeviceFacts& device, 
 
   std::vector<DecodeArgs> set_args;
   for (int64_t s = 0; s < sets; ++s) set_args.push_back(st::device_args(batch, device_batch, s * T, T, stream));
-  const SupportInfo support = query_support(set_args[0]);
+  const SupportInfo support =
+      kernel == KernelId::kNone ? query_support(set_args[0]) : query_support_for_kernel(set_args[0], kernel);
+  if (!support.supported && kernel != KernelId::kNone) {
+    std::printf("T = %lld: kernel family %d skipped: %s\n", static_cast<long long>(T), static_cast<int>(kernel),
+                support.why_not.c_str());
+    return std::nullopt;
+  }
   if (!support.supported) {
     throw std::runtime_error("no kernel runs T = " + std::to_string(T) + ", H = " + std::to_string(o.num_heads) +
                              ", W = " + std::to_string(o.window_size) + ": " + support.why_not);
   }
-  st::DecodeGraphs graphs(set_args, stream);
+  st::DecodeGraphs graphs(set_args, stream, kernel);
 
   // Correctness of what the graphs compute: outputs poisoned, every set replayed once.
   st::poison_outputs(device_batch, stream);
@@ -127,9 +137,13 @@ bool run_bench_gpu(const BenchOptions& o, BenchReport& report) {
   print_table_header();
   bool ok = true;
   for (int64_t T : o.tokens) {
-    report.rows.push_back(bench_one(o, T, device, copy_gbps, stream.get()));
-    print_row(report.rows.back());
-    ok = ok && report.rows.back().check_ok;
+    for (KernelId kernel : o.kernels) {
+      std::optional<BenchRow> row = bench_one(o, T, kernel, device, copy_gbps, stream.get());
+      if (!row) continue;
+      report.rows.push_back(*row);
+      print_row(report.rows.back());
+      ok = ok && report.rows.back().check_ok;
+    }
   }
   return ok;
 }

@@ -42,6 +42,8 @@ const char* usage() {
          "  --seed N               seed of the generated inputs (default 2026)\n"
          "  --index-type int32|int64  dtype of indices and lens (default int32)\n"
          "  --check-tokens N       tokens per T compared against the reference (default 64)\n"
+         "  --kernel auto|portable|sm90|all  kernel family to time (default auto: what decode() picks;\n"
+         "                         all: one row per family that runs the shape)\n"
          "\n"
          "exit status: 0 when every check passed, 1 when a check failed, 2 on a usage or run error.\n";
 }
@@ -75,6 +77,19 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
         o.index_dtype = DType::kInt64;
       } else {
         throw std::invalid_argument("--index-type expects int32 or int64, got '" + type + "'");
+      }
+    } else if (flag == "--kernel") {
+      const std::string& kernel = value();
+      if (kernel == "auto") {
+        o.kernels = {KernelId::kNone};
+      } else if (kernel == "portable") {
+        o.kernels = {KernelId::kPortableMma};
+      } else if (kernel == "sm90") {
+        o.kernels = {KernelId::kSm90Wgmma};
+      } else if (kernel == "all") {
+        o.kernels = {KernelId::kPortableMma, KernelId::kSm90Wgmma};
+      } else {
+        throw std::invalid_argument("--kernel expects auto, portable, sm90 or all, got '" + kernel + "'");
       }
     } else if (flag == "--check-tokens") {
       o.check_tokens = parse_int(flag, value(), 1);

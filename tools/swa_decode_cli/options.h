@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "swa_decode/swa_decode.h"
+#include "src/dispatch/select_kernel.h"
 
 namespace swa_decode::cli {
 
@@ -17,6 +18,9 @@ struct BenchOptions {
   uint64_t seed = 2026;
   DType index_dtype = DType::kInt32;  // engines pass int32 (ANCHORS.md)
   int64_t check_tokens = 64;          // tokens per T compared against the float64 reference
+  // Kernel families to time per T; KernelId::kNone = what decode() picks. "all" lists every family,
+  // and a family that cannot run a shape is reported and skipped.
+  std::vector<KernelId> kernels = {KernelId::kNone};
 };
 
 // Parses the arguments after "bench". Throws std::invalid_argument with a message naming the flag.
