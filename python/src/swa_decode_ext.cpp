@@ -27,6 +27,9 @@ using OutArray = nb::ndarray<>;
 constexpr int32_t kDLCPU = 1;
 constexpr int32_t kDLCUDA = 2;
 
+// DLPack 1.1 float8 codes, spelled as numbers: nanobind 2.0's dtype_code enum predates them.
+constexpr uint8_t kDLFloat8E4M3FN = 10, kDLFloat8E5M2 = 12;
+
 // Bits of `bf16_views`: which of q / inv_scale / out the Python layer re-viewed from a bfloat16
 // dtype DLPack cannot carry (numpy's ml_dtypes) as uint16. Only those may arrive as uint16.
 constexpr int kViewQ = 1, kViewInvScale = 2, kViewOut = 4;
@@ -40,8 +43,11 @@ std::string dtype_name(nb::dlpack::dtype dt) {
     case Code::Float: return "float" + bits;
     case Code::Bfloat: return dt.bits == 16 ? "bfloat16" : "bfloat" + bits;
     case Code::Bool: return "bool";
-    case Code::Float8_E4M3FN: return "float8_e4m3fn";
-    case Code::Float8_E5M2: return "float8_e5m2";
+    default: break;
+  }
+  switch (dt.code) {
+    case kDLFloat8E4M3FN: return "float8_e4m3fn";
+    case kDLFloat8E5M2: return "float8_e5m2";
     default: return "dlpack(code=" + std::to_string(dt.code) + ", bits=" + bits + ")";
   }
 }
@@ -132,7 +138,7 @@ class CudaDeviceGuard {
 // out[t, h, :] = attention of q[t, h, :] over the window of token t; see docs/semantics.md.
 void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
             const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
-            const OutArray& out, const std::optional<OutArray>& lse, int64_t block_size,
+            OutArray out, std::optional<OutArray> lse, int64_t block_size,
             double scale, int64_t window_size, uintptr_t stream, int bf16_views) {
   using Code = nb::dlpack::dtype_code;
 
@@ -195,7 +201,8 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
   if (!is_bf16(q.dtype(), bf16_views & kViewQ)) {
     type_error("q must have dtype bfloat16, got " + dtype_name(q.dtype()));
   }
-  if (!is(kv_cache.dtype(), Code::UInt, 8) && !is(kv_cache.dtype(), Code::Float8_E4M3FN, 8)) {
+  if (!is(kv_cache.dtype(), Code::UInt, 8) &&
+      !is(kv_cache.dtype(), static_cast<Code>(kDLFloat8E4M3FN), 8)) {
     type_error("kv_cache must have dtype uint8 or float8_e4m3fn (e4m3 bytes), got " +
                dtype_name(kv_cache.dtype()));
   }
