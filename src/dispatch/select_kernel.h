@@ -34,6 +34,7 @@ struct DeviceInfo {
 struct KernelChoice {
   KernelId id = KernelId::kNone;
   int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (portable kernel)
+  int32_t num_stages = 0;           // staging buffers of 32 cache rows (portable kernel)
   int32_t persistent_ctas = 0;      // CTAs of a persistent kernel (sm90: one per SM)
   std::string name;                 // stable, printed by the bench and query_support
   std::string why_not;              // set when id == kNone

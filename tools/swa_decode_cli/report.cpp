@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -99,6 +100,12 @@ void write_json(const BenchReport& report, const std::string& path) {
 }
 
 std::string git_commit(bool* dirty) {
+  // A copy of the tree without .git (the lent GPU machine) gets the commit from whoever sent it.
+  if (const char* given = std::getenv("SWA_DECODE_COMMIT"); given != nullptr && *given != '\0') {
+    const char* given_dirty = std::getenv("SWA_DECODE_COMMIT_DIRTY");
+    *dirty = given_dirty != nullptr && std::string(given_dirty) == "1";
+    return given;
+  }
   const std::string git = std::string("git -C '") + SWA_DECODE_SOURCE_DIR + "' ";
   std::string commit = run_command(git + "rev-parse HEAD 2>/dev/null");
   *dirty = false;

@@ -4,7 +4,9 @@
 // of its token once for all the heads it holds. Each 16-head group is split over 4 warps by head-dim
 // quarters (128 dims each) so that a warp's output accumulator is 16 x 128 fp32 = 64 registers
 // instead of 256; the 4 partial score tiles are summed through shared memory (2 KiB per warp).
-// Keys stream in tiles of 32 with an online softmax, so any window up to 1024 runs in 92 KiB.
+// Keys stream in tiles of 32 with an online softmax through a ring of 2-4 staging buffers (as many
+// as the device's shared memory allows): with 4, a 128-entry window is requested all at once, so a
+// CTA pays the gather latency once instead of once per tile.
 #pragma once
 
 #include <cstdint>
@@ -16,29 +18,25 @@
 #include "src/common/softmax_finalize.cuh"
 #include "src/common/window_compaction.cuh"
 #include "src/kernels/portable/launch_portable.h"
+#include "src/kernels/portable/portable_plan.h"
 
 namespace swa_decode::portable {
 
-inline constexpr int kHeadDim = 512;
-inline constexpr int kHeadsPerGroup = 16;     // the M of one mma.sync
-inline constexpr int kWarpsPerGroup = 4;      // head-dim quarters
 inline constexpr int kDimsPerWarp = kHeadDim / kWarpsPerGroup;  // 128
-inline constexpr int kKeysPerTile = 32;
-inline constexpr int kMaxWindow = 1024;
 inline constexpr int kChunkBytes = 16;        // one cp.async / ldmatrix row / bf16x8
-inline constexpr int kRowChunks = kHeadDim * 2 / kChunkBytes;  // 64 bf16 chunks per K/V row
 
+// Fixed part of the shared-memory plan; the staging ring and the compacted window follow it
+// (ring_plan in portable_plan.h), sized at launch by the number of stages and window_size.
 template <int kHeadGroups>
 struct SmemPlan {
   static constexpr int kWarps = kHeadGroups * kWarpsPerGroup;
-  alignas(128) uint8_t staging[2][kKeysPerTile][kHeadDim];       // raw e4m3 rows, double buffered
   alignas(128) __nv_bfloat16 kv[kKeysPerTile][kHeadDim];         // swizzled, dim-permuted
   alignas(16) float partial_scores[kWarps][16][32];              // [warp][fragment reg][lane]
-  int64_t row_offset[kMaxWindow];  // bytes from kv_cache, compacted valid entries
-  float inv_scale[kMaxWindow];
   int warp_counts[kWarps];
 };
-static_assert(sizeof(SmemPlan<2>) <= 99 * 1024, "portable plan must fit sm_86/89/120's 99 KiB");
+
+static_assert(sizeof(SmemPlan<1>) <= fixed_smem_bytes(1) && sizeof(SmemPlan<2>) <= fixed_smem_bytes(2),
+              "portable_plan.h must cover the fixed shared-memory plan");
 
 // Byte offset of 16-byte chunk `chunk` of key row `key` in SmemPlan::kv. XOR-ing the chunk's low 3
 // bits with the row makes the 8 rows an ldmatrix reads land in 8 different bank groups.
@@ -77,10 +75,15 @@ __device__ __forceinline__ void issue_tile_copy_width(const DecodeParams& p, con
   }
 }
 
-// Starts the copy of tile `tile`'s raw rows into `staging`. Rows past num_valid are zero-filled.
+// Starts the copy of tile `tile`'s raw rows into `staging`; rows past num_valid are zero-filled.
+// Always commits a group (possibly empty) so the ring's wait counts stay uniform.
 template <int kThreads>
 __device__ __forceinline__ void issue_tile_copy(const DecodeParams& p, const int64_t* s_row_offset, int num_valid,
                                                 int tile, uint8_t (*staging)[kHeadDim], int width) {
+  if (tile * kKeysPerTile >= num_valid) {
+    ptx::cp_async_commit();
+    return;
+  }
   if (width == 16) {
     issue_tile_copy_width<kThreads, 16>(p, s_row_offset, num_valid, tile, staging);
   } else if (width == 8) {
@@ -117,13 +120,29 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t (*staging)[kHeadDi
   }
 }
 
+// Waits until at most `pending` of the most recent cp.async groups are still in flight.
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  switch (pending) {
+    case 0: ptx::cp_async_wait<0>(); break;
+    case 1: ptx::cp_async_wait<1>(); break;
+    case 2: ptx::cp_async_wait<2>(); break;
+    default: ptx::cp_async_wait<3>(); break;
+  }
+}
+
 template <int kHeadGroups>
-__global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups == 1 ? 3 : 1)
-    decode_portable_kernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups == 1 ? 2 : 1)
+    decode_portable_kernel(const __grid_constant__ DecodeParams p, int num_stages) {
   constexpr int kThreads = kHeadGroups * kWarpsPerGroup * 32;
   using Smem = SmemPlan<kHeadGroups>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& smem = *reinterpret_cast<Smem*>(smem_raw);
+  const RingPlan ring = ring_plan(kHeadGroups, num_stages, p.window_size);
+  auto stage = [&](int tile) {
+    return reinterpret_cast<uint8_t (*)[kHeadDim]>(smem_raw + ring.staging_offset + (tile % num_stages) * kStageBytes);
+  };
+  int64_t* s_row_offset = reinterpret_cast<int64_t*>(smem_raw + ring.row_offset_offset);
+  float* s_inv_scale = reinterpret_cast<float*>(smem_raw + ring.inv_scale_offset);
 
   const int token = blockIdx.x;
   const int warp = threadIdx.x / 32;
@@ -155,8 +174,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups
   }
 
   const int num_valid = compact_window<kThreads>(
-      p, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, smem.row_offset, smem.inv_scale,
-      smem.warp_counts);
+      p, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
   const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
   const int copy_width = kv_copy_width(p);
   const float logit_scale = p.scale * kLog2e;
@@ -168,17 +186,16 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups
   float row_sum[2] = {0.0f, 0.0f};            // this lane's columns only; quad-reduced at the end
 
   const uint32_t kv_base = ptx::smem_addr(&smem.kv[0][0]);
-  if (num_tiles > 0) issue_tile_copy<kThreads>(p, smem.row_offset, num_valid, 0, smem.staging[0], copy_width);
-
+  for (int tile = 0; tile < num_stages - 1; ++tile) {
+    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, tile, stage(tile), copy_width);
+  }
   for (int tile = 0; tile < num_tiles; ++tile) {
-    if (tile + 1 < num_tiles) {
-      issue_tile_copy<kThreads>(p, smem.row_offset, num_valid, tile + 1, smem.staging[(tile + 1) & 1], copy_width);
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();  // staging[tile] landed for all threads; the previous PV is done with smem.kv
-    dequantize_tile<kThreads>(smem.staging[tile & 1], smem.kv);
+    // The stage refilled here was dequantized in the previous iteration, before its barrier.
+    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, tile + num_stages - 1, stage(tile + num_stages - 1),
+                              copy_width);
+    cp_async_wait_pending(num_stages - 1);
+    __syncthreads();  // this tile's rows landed for all threads; the previous PV is done with smem.kv
+    dequantize_tile<kThreads>(stage(tile), smem.kv);
     __syncthreads();
 
     // Partial scores over this warp's 128 dims: S[16 heads][32 keys].
@@ -223,7 +240,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups
       for (int e = 0; e < 2; ++e) {
         const int key = tile * kKeysPerTile + 8 * n + 2 * frag_quad + e;
         const bool valid = key < num_valid;
-        const float inv_scale = valid ? smem.inv_scale[key] : 0.0f;
+        const float inv_scale = valid ? s_inv_scale[key] : 0.0f;
         value_scale[n][e] = inv_scale;
         const float factor = logit_scale * inv_scale;
         s_acc[n][e] = valid ? s_acc[n][e] * factor : -INFINITY;
@@ -310,18 +327,23 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups
 namespace swa_decode {
 
 template <int kHeadGroups>
-cudaError_t launch_portable_decode(const DecodeParams& params, cudaStream_t stream) {
+int portable_smem_bytes(int num_stages, int window_size) {
+  return portable::ring_plan(kHeadGroups, num_stages, window_size).total_bytes;
+}
+
+template <int kHeadGroups>
+cudaError_t launch_portable_decode(const DecodeParams& params, int num_stages, cudaStream_t stream) {
   constexpr int kThreads = kHeadGroups * portable::kWarpsPerGroup * 32;
-  constexpr int kSmemBytes = static_cast<int>(sizeof(portable::SmemPlan<kHeadGroups>));
+  const int smem_bytes = portable_smem_bytes<kHeadGroups>(num_stages, params.window_size);
   const auto kernel = portable::decode_portable_kernel<kHeadGroups>;
   // Raising the dynamic shared-memory limit is a per-function attribute, not a stream operation,
   // so it is legal while a CUDA graph is being captured; it costs well under a microsecond.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
   constexpr int kHeadsPerCta = kHeadGroups * portable::kHeadsPerGroup;
   const dim3 grid(static_cast<unsigned>(params.num_tokens),
                   static_cast<unsigned>((params.num_heads + kHeadsPerCta - 1) / kHeadsPerCta));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(params);
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(params, num_stages);
   return cudaGetLastError();
 }
 

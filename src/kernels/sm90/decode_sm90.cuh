@@ -41,8 +41,14 @@ inline constexpr int kBlocksPerHalf = kHalfDims / kBlockDims;  // 4
 inline constexpr int kThreads = 384;
 inline constexpr int kProducerThreads = 128;
 inline constexpr int kConsumerThreads = 256;
-inline constexpr uint32_t kProducerRegisters = 112;
-inline constexpr uint32_t kConsumerRegisters = 200;  // 2 x 200 + 112 = 512 per thread slot: 64 K regs
+// __launch_bounds__(384, 1) gives every thread 168 registers at launch (64,512 per CTA), and
+// setmaxnreg only redistributes those: an increase the CTA's pool cannot cover blocks forever.
+// 2 x 200 + 104 = 504 = 3 x 168.
+inline constexpr uint32_t kLaunchRegisters = 168;
+inline constexpr uint32_t kProducerRegisters = 104;
+inline constexpr uint32_t kConsumerRegisters = 200;
+static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
+              "setmaxnreg.inc would wait for registers the CTA does not own");
 inline constexpr uint32_t kQChunkBytes = kSlabHeads * kRowBytes;  // 8 KiB per TMA
 inline constexpr uint32_t kProducerBarrier = 1;  // named barrier id for the producer warpgroup
 
@@ -133,6 +139,9 @@ __device__ __forceinline__ void producer_compact(const DecodeParams& p, SmemPlan
       p, token, tid, [] { named_barrier_sync(kProducerBarrier, kProducerThreads); }, smem.row_offset[meta],
       smem.inv_scale[meta], smem.warp_counts);
   if (tid == 0) smem.num_valid[meta] = n;
+  // The rows are gathered a half at a time, the first half only after the current token's last
+  // one: pulling them into L2 now takes the HBM latency off that later gather.
+  for (int key = tid; key < n; key += kProducerThreads) bulk_prefetch_l2(p.kv_cache + smem.row_offset[meta][key], kHeadDim);
   named_barrier_sync(kProducerBarrier, kProducerThreads);  // num_valid visible to the gather
   mbarrier_arrive(&smem.meta_full[meta]);
 }
@@ -207,6 +216,12 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     const int meta = it & 1;
     mbarrier_wait(&smem.meta_full[meta], (it >> 1) & 1);
     const int num_valid = smem.num_valid[meta];
+    // Next token's q into L2 now: its chunks enter the 3-stage ring one by one during this token's
+    // QK^T, and each would otherwise wait a full HBM round trip.
+    if (wtid == 0 && token + static_cast<int>(gridDim.x) < p.num_tokens) {
+#pragma unroll
+      for (int c = 0; c < kQChunks; ++c) tma_prefetch_l2_3d(&q_map, c * kBlockDims, role.slab * kSlabHeads, token + gridDim.x);
+    }
 
     // ---- S = Q K^T over 8 chunks of 64 dims ----
     float s[64];
@@ -294,6 +309,10 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     for (int half = role.first_half; half <= role.last_half; ++half) {
       float o[128];
       fence_accumulators(o);
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
       cute::warpgroup_arrive();
       const uint32_t v_base = smem_u32(smem.kv[half][0][0]);
 #pragma unroll
