@@ -3,6 +3,7 @@
 # cases, and the bench. Everything is logged under $OUT (one tarball + a summary), so a single
 # device call does the whole round. Binaries come prebuilt in BUILD_DIR (built here with
 # -DSWA_DECODE_PORTABLE_ARCHS=90) or are built there when absent.
+# Run it once per device call: each run empties $OUT/logs and rewrites $OUT/logs.tar.gz.
 # usage: scripts/device_session.sh BUILD_DIR [tests|sanitize|bench|ncu|python]...
 #        (default: tests sanitize bench). python installs the wheel found in $WHEEL_DIR (built on the
 #        developer machine for the device's Python) and runs pytest plus python/bench_vs_seed.py.
@@ -28,7 +29,7 @@ summary="$out/summary.txt"
 for step in $steps; do
   case "$step" in
     tests)
-      for kernel in auto portable sm90; do
+      for kernel in ${TEST_KERNELS:-auto portable sm90}; do
         start=$SECONDS
         SWA_DECODE_TEST_KERNEL=$kernel timeout 120 "$tests" --gtest_brief=1 > "$logs/tests_$kernel.log" 2>&1
         echo "tests[$kernel]: rc=$? ($((SECONDS - start)) s) $(grep -E '^\[  (PASSED|FAILED)' "$logs/tests_$kernel.log" | tr '\n' ' ')" | tee -a "$summary"
@@ -36,7 +37,7 @@ for step in $steps; do
       ;;
     sanitize)
       small=${SANITIZE_FILTER:-'GpuDecode.LengthsAroundTheWindow:GpuDecode.HolesInTheWindow:GpuDecode.AllEntriesMissing:GpuDecode.IdsOutOfRange:GpuDecode.StridedTensors:GpuDecode.SinksInfiniteAndFinite:GpuDecodeShapes.*H16_int32_bf16*:GpuDecodeShapes.*H128_int64_fp32*'}
-      for kernel in portable sm90; do
+      for kernel in ${SANITIZE_KERNELS:-portable sm90}; do
         for tool in memcheck racecheck initcheck; do
           start=$SECONDS
           SWA_DECODE_TEST_KERNEL=$kernel timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool "$tool" --error-exitcode 99 \
@@ -56,7 +57,7 @@ for step in $steps; do
     ncu)
       # One profiled launch of each kernel family at H = 128, T = 2048: bandwidth, tensor pipe,
       # stall reasons. --clock-control none leaves the card's clocks alone (METHOD.md).
-      for kernel in sm90 portable; do
+      for kernel in ${NCU_KERNELS:-sm90 portable}; do
         start=$SECONDS
         timeout 240 ncu --clock-control none --launch-skip 2 --launch-count 1 -k "regex:decode_${kernel}" \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
@@ -70,9 +71,12 @@ for step in $steps; do
       start=$SECONDS
       python3 -m pip install --no-deps --force-reinstall "${WHEEL_DIR:?WHEEL_DIR names the carried wheel folder}"/*.whl > "$logs/pip.log" 2>&1
       echo "pip install: rc=$?" | tee -a "$summary"
-      PYTHONUNBUFFERED=1 timeout 300 python3 -m pytest -q -p no:cacheprovider python/tests > "$logs/pytest.log" 2>&1
+      PYTHONUNBUFFERED=1 timeout 300 python3 -m pytest -q -rfE -p no:cacheprovider python/tests > "$logs/pytest.log" 2>&1
       echo "pytest: rc=$? ($((SECONDS - start)) s) $(tail -1 "$logs/pytest.log")" | tee -a "$summary"
-      PYTHONUNBUFFERED=1 timeout 200 python3 python/bench_vs_seed.py --json "$out/python_vs_seed.json" > "$logs/bench_vs_seed.log" 2>&1
+      grep -E "^(FAILED|ERROR) " "$logs/pytest.log" | head -10 | tee -a "$summary"
+      # -P: python/ (the script's folder, holding the source package without its extension) must
+      # not shadow the installed package.
+      PYTHONUNBUFFERED=1 timeout 200 python3 -P python/bench_vs_seed.py --json "$out/python_vs_seed.json" > "$logs/bench_vs_seed.log" 2>&1
       echo "bench_vs_seed: rc=$?" | tee -a "$summary"
       tail -12 "$logs/bench_vs_seed.log" | tee -a "$summary"
       ;;

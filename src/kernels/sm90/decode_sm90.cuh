@@ -1,9 +1,10 @@
 // Hopper fast path: persistent, warp-specialized, wgmma (sm_90a). Window <= 128, head_dim 512.
 //
 // One CTA per SM walks tokens blockIdx.x, blockIdx.x + gridDim.x, ... Three warpgroups:
-//  * producer (WG 0): compacts the token's valid entries (src/common/window_compaction.cuh),
-//    gathers the e4m3 rows with cp.async into a staging buffer (32 KiB = half a window), and
-//    dequantizes them into the bf16 K/V tile, one 256-dim half at a time;
+//  * producer (WG 0): one warp compacts each token's valid entries a token ahead
+//    (src/common/window_compaction.cuh); three warps gather the e4m3 rows with cp.async into a
+//    staging buffer (32 KiB = half a window) and dequantize them into the bf16 K/V tile, one
+//    256-dim half at a time;
 //  * two consumers (WG 1, 2), 64 heads each (the wgmma M): S = Q K^T with Q streamed by TMA in
 //    64-dim chunks through a private 3-stage ring, one-pass softmax in registers (the whole
 //    window fits: no rescaling), then O = P V for each 256-dim half (m64n256k16, P from registers).
@@ -61,7 +62,7 @@ struct SmemPlan {
   int64_t row_offset[2][kKeys];                    // compacted entries, double buffered by token
   float inv_scale[2][kKeys];
   int num_valid[2];
-  int warp_counts[kProducerThreads / 32];
+  int warp_counts[1];                              // the compaction runs on one warp
   uint64_t q_full[2][kQStages];
   uint64_t kv_full[kHalves];
   uint64_t kv_empty[kHalves];
@@ -97,16 +98,20 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
-// ---- producer: gather and dequantize one half of the window ----
+// ---- producer: warps 0-2 gather and dequantize, warp 3 compacts the next token's window ----
+// The compaction is three dependent global round trips (length, indices, scales); on its own warp
+// it runs a token ahead instead of sitting between two half refills.
+inline constexpr int kGatherThreads = 96;
+inline constexpr int kCompactThreads = 32;
+inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
+
 __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, int meta, int half,
                                                   int tid) {
   const int num_valid = smem.num_valid[meta];
-  constexpr int kChunksPerRow = kHalfDims / 16;  // 16
 #pragma unroll 4
-  for (int i = 0; i < kKeys * kChunksPerRow / kProducerThreads; ++i) {
-    const int piece = tid + i * kProducerThreads;
-    const int key = piece / kChunksPerRow;
-    const int chunk = piece % kChunksPerRow;
+  for (int piece = tid; piece < kKeys * kChunksPerHalfRow; piece += kGatherThreads) {
+    const int key = piece / kChunksPerHalfRow;
+    const int chunk = piece % kChunksPerHalfRow;
     const bool valid = key < num_valid;
     const uint8_t* src = valid ? p.kv_cache + smem.row_offset[meta][key] + half * kHalfDims + chunk * 16 : p.kv_cache;
     ptx::cp_async_16(smem_u32(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
@@ -114,10 +119,14 @@ __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPla
   ptx::cp_async_commit();
 }
 
+// Units of (key, 32-dim group), keys fastest: the 8 threads of a quarter-warp take 8 consecutive
+// keys of one group, so both the staging reads and the swizzled tile writes hit 8 different banks.
 __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int tid) {
-  const int key = tid;  // one key row per thread: 8 consecutive rows of a quarter-warp hit 8 banks
-#pragma unroll
-  for (int group = 0; group < kHalfDims / 32; ++group) {
+  constexpr int kGroups = kHalfDims / 32;
+#pragma unroll 2
+  for (int unit = tid; unit < kKeys * kGroups; unit += kGatherThreads) {
+    const int key = unit % kKeys;
+    const int group = unit / kKeys;
     const uint4 lo = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group) ^ (key & 15)) * 16]);
     const uint4 hi = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group + 1) ^ (key & 15)) * 16]);
     const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -133,24 +142,28 @@ __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int ti
   }
 }
 
-__device__ __forceinline__ void producer_compact(const DecodeParams& p, SmemPlan& smem, int meta, int token,
-                                                 int tid) {
-  const int n = compact_window<kProducerThreads>(
-      p, token, tid, [] { named_barrier_sync(kProducerBarrier, kProducerThreads); }, smem.row_offset[meta],
-      smem.inv_scale[meta], smem.warp_counts);
-  if (tid == 0) smem.num_valid[meta] = n;
-  // The rows are gathered a half at a time, the first half only after the current token's last
-  // one: pulling them into L2 now takes the HBM latency off that later gather.
-  for (int key = tid; key < n; key += kProducerThreads) bulk_prefetch_l2(p.kv_cache + smem.row_offset[meta][key], kHeadDim);
-  named_barrier_sync(kProducerBarrier, kProducerThreads);  // num_valid visible to the gather
-  mbarrier_arrive(&smem.meta_full[meta]);
+__device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemPlan& smem) {
+  const int lane = threadIdx.x % 32;
+  int it = 0;
+  for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
+    const int meta = it & 1;
+    mbarrier_wait(&smem.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
+    const int n = compact_window<kCompactThreads>(
+        p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], smem.warp_counts);
+    if (lane == 0) smem.num_valid[meta] = n;
+    // The rows are gathered a half at a time once the previous token's tile is free: pulling them
+    // into L2 now takes the HBM latency off that later gather.
+    for (int key = lane; key < n; key += kCompactThreads) bulk_prefetch_l2(p.kv_cache + smem.row_offset[meta][key], kHeadDim);
+    __syncwarp();
+    mbarrier_arrive(&smem.meta_full[meta]);
+  }
 }
 
-__device__ __forceinline__ void run_producer(const DecodeParams& p, SmemPlan& smem) {
-  const int tid = threadIdx.x;
+__device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan& smem) {
+  const int tid = threadIdx.x;  // 0..95
   const int first = blockIdx.x;
   if (first >= p.num_tokens) return;
-  producer_compact(p, smem, 0, first, tid);
+  mbarrier_wait(&smem.meta_full[0], 0);
   issue_half_gather(p, smem, 0, 0, tid);
   int it = 0;
   for (int token = first; token < p.num_tokens; token += gridDim.x, ++it) {
@@ -159,19 +172,16 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, SmemPlan& sm
 #pragma unroll
     for (int half = 0; half < kHalves; ++half) {
       ptx::cp_async_wait<0>();
-      named_barrier_sync(kProducerBarrier, kProducerThreads);  // the whole half landed
-      mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);       // consumers are done with it
+      named_barrier_sync(kProducerBarrier, kGatherThreads);  // the whole half landed
+      mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
       dequantize_half(smem, half, tid);
       fence_proxy_async_shared();
-      named_barrier_sync(kProducerBarrier, kProducerThreads);  // staging free again
+      named_barrier_sync(kProducerBarrier, kGatherThreads);  // staging free again
       mbarrier_arrive(&smem.kv_full[half]);
       if (half == 0) {
         issue_half_gather(p, smem, meta, 1, tid);
-        if (next < p.num_tokens) {
-          mbarrier_wait(&smem.meta_empty[meta ^ 1], (((it + 1) >> 1) & 1) ^ 1);
-          producer_compact(p, smem, meta ^ 1, next, tid);
-        }
       } else if (next < p.num_tokens) {
+        mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
         issue_half_gather(p, smem, meta ^ 1, 0, tid);
       }
     }
@@ -195,6 +205,27 @@ __device__ __forceinline__ void issue_q_chunk(const DecodeParams& p, const CUten
   uint64_t* bar = &smem.q_full[role.wg][stage];
   mbarrier_arrive_expect_tx(bar, kQChunkBytes);
   tma_load_3d(smem.q[role.wg][stage], &q_map, bar, (chunk_seq % kQChunks) * kBlockDims, role.slab * kSlabHeads, token);
+}
+
+// 4x4 transpose of 32-bit words across the 4 lanes of a quad: lane q's word j becomes lane j's
+// word q. An accumulator row holds bf16 pairs 2q, 2q+1 of four consecutive n8 blocks; after the
+// transpose lane q holds the 8 contiguous dims of block q, so out is written 16 bytes at a time
+// (4 shuffles instead of 4x the store instructions and half-filled 32-byte sectors).
+__device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int quad_lane) {
+  const bool high = quad_lane & 2;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {  // swap the off-diagonal 2x2 blocks with lane q ^ 2
+    const uint32_t sent = high ? w[m] : w[2 + m];
+    const uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, sent, 2);
+    if (high) w[m] = got; else w[2 + m] = got;
+  }
+  const bool odd = quad_lane & 1;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {  // then the off-diagonal words of each 2x2 block with lane q ^ 1
+    const uint32_t sent = odd ? w[2 * m] : w[2 * m + 1];
+    const uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, sent, 1);
+    if (odd) w[2 * m] = got; else w[2 * m + 1] = got;
+  }
 }
 
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
@@ -329,12 +360,20 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int head = r == 0 ? head_lo : head_hi;
-        if (head >= p.num_heads) continue;
-        uint32_t* out_row = reinterpret_cast<uint32_t*>(p.out + token * p.stride_out_token + head * p.stride_out_head +
-                                                        half * kHalfDims + 2 * frag_quad);
+        __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + half * kHalfDims;
 #pragma unroll
-        for (int j = 0; j < kHalfDims / 8; ++j) {
-          out_row[4 * j] = pack_bf16x2(o[4 * j + 2 * r] * fin[r].out_factor, o[4 * j + 2 * r + 1] * fin[r].out_factor);
+        for (int group = 0; group < kHalfDims / 32; ++group) {
+          uint32_t pairs[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int block = 4 * group + j;
+            pairs[j] = pack_bf16x2(o[4 * block + 2 * r] * fin[r].out_factor, o[4 * block + 2 * r + 1] * fin[r].out_factor);
+          }
+          transpose_quad(pairs, frag_quad);
+          // Lane q now holds dims 32 group + 8q .. + 7 of this row: one 16-byte store.
+          if (head < p.num_heads) {
+            ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
+          }
         }
       }
     }
@@ -353,11 +392,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbarrier_init(&smem.q_full[1][s], 1);
     }
     for (int h = 0; h < kHalves; ++h) {
-      mbarrier_init(&smem.kv_full[h], kProducerThreads);
+      mbarrier_init(&smem.kv_full[h], kGatherThreads);
       mbarrier_init(&smem.kv_empty[h], kConsumerThreads);
     }
     for (int m = 0; m < 2; ++m) {
-      mbarrier_init(&smem.meta_full[m], kProducerThreads);
+      mbarrier_init(&smem.meta_full[m], kCompactThreads);
       mbarrier_init(&smem.meta_empty[m], kConsumerThreads);
     }
     fence_barrier_init();
@@ -367,7 +406,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegisters>();
-    run_producer(p, smem);
+    if (threadIdx.x < kGatherThreads) {
+      run_gather_warps(p, smem);
+    } else {
+      run_compaction_warp(p, smem);
+    }
   } else {
     setmaxnreg_inc<kConsumerRegisters>();
     const bool two_slabs = p.num_heads > kSlabHeads;
