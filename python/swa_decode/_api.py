@@ -152,7 +152,7 @@ def _dtype_name(x) -> str:
 
 
 def _allocate_like(q, shape, dtype, name: str):
-    """An output of q's framework: numpy, or any array with the array-API __array_namespace__."""
+    """An output of q's framework: numpy, CuPy, or any array with the array-API __array_namespace__."""
     if hasattr(q, "__array_namespace__"):
         xp = q.__array_namespace__()
         try:
@@ -162,6 +162,10 @@ def _allocate_like(q, shape, dtype, name: str):
     if type(q).__module__ == "numpy":
         import numpy as np
         return np.empty(shape, dtype=dtype if dtype is not None else q.dtype)
+    if type(q).__module__.split(".")[0] == "cupy":  # cupy.ndarray has no __array_namespace__
+        import cupy
+        with cupy.cuda.Device(q.device.id):
+            return cupy.empty(shape, dtype=dtype if dtype is not None else q.dtype)
     raise TypeError(f"{name}= is required for arrays of type {_type_name(q)}: swa_decode cannot "
                     "allocate in that framework")
 
