@@ -49,7 +49,7 @@ for step in $steps; do
     bench)
       for heads in ${BENCH_HEADS:-128 64 16}; do
         start=$SECONDS
-        timeout 200 "$cli" bench --heads "$heads" --kernel all --json "$out/bench_h$heads.json" > "$logs/bench_h$heads.log" 2>&1
+        timeout 200 "$cli" bench --heads "$heads" --kernel "${BENCH_KERNEL:-all}" --json "$out/bench_h$heads.json" > "$logs/bench_h$heads.log" 2>&1
         echo "bench[H=$heads]: rc=$? ($((SECONDS - start)) s)" | tee -a "$summary"
         grep -E '^ +[0-9]+ +[0-9]+ ' "$logs/bench_h$heads.log" | tee -a "$summary"
       done
