@@ -247,13 +247,6 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     const int meta = it & 1;
     mbarrier_wait(&smem.meta_full[meta], (it >> 1) & 1);
     const int num_valid = smem.num_valid[meta];
-    // Next token's q into L2 now: its chunks enter the 3-stage ring one by one during this token's
-    // QK^T, and each would otherwise wait a full HBM round trip.
-    if (wtid == 0 && token + static_cast<int>(gridDim.x) < p.num_tokens) {
-#pragma unroll
-      for (int c = 0; c < kQChunks; ++c) tma_prefetch_l2_3d(&q_map, c * kBlockDims, role.slab * kSlabHeads, token + gridDim.x);
-    }
-
     // ---- S = Q K^T over 8 chunks of 64 dims ----
     float s[64];
     fence_accumulators(s);

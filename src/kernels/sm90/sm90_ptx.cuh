@@ -48,13 +48,6 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_m
       "l"(tensor_map), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
-// Pulls a 3-D tile into L2 only (no shared memory, no barrier): a later tma_load_3d of it then
-// waits for L2, not HBM.
-__device__ __forceinline__ void tma_prefetch_l2_3d(const void* tensor_map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(tensor_map), "r"(c0),
-               "r"(c1), "r"(c2)
-               : "memory");
-}
 // Pulls `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
