@@ -100,9 +100,11 @@ KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, K
   choice.id = KernelId::kPortableMma;
   // Two 16-head groups per CTA halve the times each window is gathered and dequantized; one group
   // keeps H <= 16 (tensor parallel) from padding heads it does not have, and spreads a small batch
-  // over twice the CTAs when two-group CTAs would leave SMs idle.
+  // over twice the CTAs when two-group CTAs would fill less than half the SMs (H200, v1 vs v3:
+  // H = 128, T = 8: 15.5 us with one group vs 16.8 with two; T = 32, 128 two-group CTAs:
+  // 22.3 us with one group vs 17.8 with two).
   const int64_t two_group_ctas = shape.num_tokens * ((shape.num_heads + 31) / 32);
-  choice.head_groups_per_cta = shape.num_heads > 16 && two_group_ctas >= device.num_sms ? 2 : 1;
+  choice.head_groups_per_cta = shape.num_heads > 16 && 2 * two_group_ctas >= device.num_sms ? 2 : 1;
   choice.num_stages = portable::choose_stages(choice.head_groups_per_cta, static_cast<int>(shape.window_size),
                                               device.smem_optin_bytes);
   choice.name = "portable_mma_g" + std::to_string(choice.head_groups_per_cta);
