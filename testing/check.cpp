@@ -29,7 +29,7 @@ void scan_poison(const HostBatch& b, const Outputs& o, CheckReport& r) {
       const bool inside = e < row_extent && e % b.out_head_stride < b.head_dim;
       if (!inside) {
         r.out_gap_writes += bits != kBf16PoisonBits;
-      } else if (std::isnan(bf16_bits_to_float(bits))) {
+      } else if (std::isnan(reference::bf16_to_float(bits))) {
         r.out_nan += 1;
         r.out_unwritten += bits == kBf16PoisonBits;
       }
@@ -96,7 +96,7 @@ CheckReport check_outputs(const HostBatch& b, const Outputs& o, std::vector<int6
     const double kmax = b.token_kmax[t];
     for (int64_t h = 0; h < b.num_heads; ++h) {
       for (int64_t d = 0; d < b.head_dim; ++d) {
-        const double got = bf16_bits_to_float(o.out[t * b.out_token_stride + h * b.out_head_stride + d]);
+        const double got = reference::bf16_to_float(o.out[t * b.out_token_stride + h * b.out_head_stride + d]);
         const double want = ref.out_at(i, h, d);
         const double err = std::isnan(got) ? std::numeric_limits<double>::infinity() : std::fabs(got - want);
         const double bound = tol.out_rel * std::fabs(want) + tol.out_kmax * kmax;

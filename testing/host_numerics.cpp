@@ -7,14 +7,9 @@
 #include <limits>
 #include <vector>
 
-namespace swa_decode::testing {
+#include "src/reference/reference.h"
 
-float bf16_bits_to_float(uint16_t bits) {
-  const uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &word, sizeof(value));
-  return value;
-}
+namespace swa_decode::testing {
 
 uint16_t float_to_bf16_bits(float value) {
   uint32_t word;
@@ -25,7 +20,7 @@ uint16_t float_to_bf16_bits(float value) {
   return static_cast<uint16_t>(word >> 16);
 }
 
-float round_to_bf16(float value) { return bf16_bits_to_float(float_to_bf16_bits(value)); }
+float round_to_bf16(float value) { return reference::bf16_to_float(float_to_bf16_bits(value)); }
 
 double e4m3_to_double(uint8_t code) {
   const bool negative = (code & 0x80u) != 0;

@@ -11,7 +11,6 @@ inline constexpr uint16_t kBf16PoisonBits = 0xFFFF;  // a bf16 NaN: pre-fills ou
 inline constexpr uint8_t kE4m3NaN = 0x7F;            // e4m3 NaN: fills cache rows that must not be read
 inline constexpr double kE4m3Max = 448.0;
 
-float bf16_bits_to_float(uint16_t bits);
 uint16_t float_to_bf16_bits(float value);  // round to nearest even; NaN stays NaN
 float round_to_bf16(float value);
 

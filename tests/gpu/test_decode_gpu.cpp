@@ -317,7 +317,7 @@ TEST(TestingHarness, CheckCatchesWrongUnwrittenAndOverrunOutputs) {
   const st::Outputs good = run_cpu_backend(batch);
 
   st::Outputs wrong = good;
-  const float value = st::bf16_bits_to_float(wrong.out[5]);
+  const float value = swa_decode::reference::bf16_to_float(wrong.out[5]);
   wrong.out[5] = st::float_to_bf16_bits(value + 0.25f + 0.1f * std::fabs(value));
   EXPECT_GT(st::check_outputs(batch, wrong).out_violations, 0);
 
@@ -356,7 +356,7 @@ TEST(TestingHarness, PoisonCoversEverySlotNoValidEntryNames) {
   }
   for (int64_t slot = 0; slot < batch.num_slots; ++slot) {
     const uint8_t* row = &tensors.kv_cache[slot * batch.kv_row_stride];
-    const float scale = st::bf16_bits_to_float(static_cast<uint16_t>(tensors.inv_scale[2 * slot] |
+    const float scale = swa_decode::reference::bf16_to_float(static_cast<uint16_t>(tensors.inv_scale[2 * slot] |
                                                                       tensors.inv_scale[2 * slot + 1] << 8));
     ASSERT_EQ(std::isnan(scale), !named[slot]) << "slot " << slot;
     for (int64_t b = 0; b < batch.kv_row_stride; ++b) {
