@@ -1,0 +1,204 @@
+// Consumer warpgroups of the Hopper kernel: q through a TMA ring, S = Q K^T, one-pass softmax,
+// O = P V per 256-dim half, 16-byte output stores.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "src/common/device_ptx.cuh"
+#include "src/common/fp8_convert.cuh"
+#include "src/common/params.h"
+#include "src/common/softmax_finalize.cuh"
+#include "src/kernels/sm90/sm90_gmma.cuh"
+#include "src/kernels/sm90/sm90_plan.h"
+#include "src/kernels/sm90/sm90_ptx.cuh"
+
+namespace swa_decode::sm90 {
+
+struct ConsumerRole {
+  int wg;          // 0 or 1
+  int slab;        // which 64 heads
+  int first_half;  // PV halves [first_half, last_half]
+  int last_half;
+  bool writes_lse;
+};
+
+__device__ __forceinline__ void issue_q_chunk(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
+                                              const ConsumerRole& role, int chunk_seq) {
+  const int token = blockIdx.x + (chunk_seq / kQChunks) * gridDim.x;
+  if (token >= p.num_tokens) return;
+  const int stage = chunk_seq % kQStages;
+  uint64_t* bar = &smem.q_full[role.wg][stage];
+  mbarrier_arrive_expect_tx(bar, kQChunkBytes);
+  tma_load_3d(smem.q[role.wg][stage], &q_map, bar, (chunk_seq % kQChunks) * kBlockDims, role.slab * kSlabHeads, token);
+}
+
+// 4x4 transpose of 32-bit words across the 4 lanes of a quad: lane q's word j becomes lane j's
+// word q. An accumulator row holds bf16 pairs 2q, 2q+1 of four consecutive n8 blocks; after the
+// transpose lane q holds the 8 contiguous dims of block q, so out is written 16 bytes at a time
+// (4 shuffles instead of 4x the store instructions and half-filled 32-byte sectors).
+__device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int quad_lane) {
+  const bool high = quad_lane & 2;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {  // swap the off-diagonal 2x2 blocks with lane q ^ 2
+    const uint32_t sent = high ? w[m] : w[2 + m];
+    const uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, sent, 2);
+    if (high) w[m] = got; else w[2 + m] = got;
+  }
+  const bool odd = quad_lane & 1;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {  // then the off-diagonal words of each 2x2 block with lane q ^ 1
+    const uint32_t sent = odd ? w[2 * m] : w[2 * m + 1];
+    const uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, sent, 1);
+    if (odd) w[2 * m] = got; else w[2 * m + 1] = got;
+  }
+}
+
+__device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
+                                             const ConsumerRole& role) {
+  const int wtid = threadIdx.x % 128;
+  const int warp = wtid / 32;
+  const int lane = wtid % 32;
+  const int frag_row = lane / 4;
+  const int frag_quad = lane % 4;
+  const int head_lo = role.slab * kSlabHeads + warp * 16 + frag_row;
+  const int head_hi = head_lo + 8;
+  const float logit_scale = p.scale * kLog2e;
+
+  if (wtid == 0) {
+    for (int c = 0; c < kQStages; ++c) issue_q_chunk(p, q_map, smem, role, c);
+  }
+  int it = 0;
+  for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
+    const int meta = it & 1;
+    mbarrier_wait(&smem.meta_full[meta], (it >> 1) & 1);
+    const int num_valid = smem.num_valid[meta];
+    // ---- S = Q K^T over 8 chunks of 64 dims ----
+    float s[64];
+    fence_accumulators(s);
+#pragma unroll
+    for (int c = 0; c < kQChunks; ++c) {
+      const int seq = it * kQChunks + c;
+      if (c % kBlocksPerHalf == 0) mbarrier_wait(&smem.kv_full[c / kBlocksPerHalf], it & 1);
+      mbarrier_wait(&smem.q_full[role.wg][seq % kQStages], (seq / kQStages) & 1);
+      cute::warpgroup_arrive();
+      const uint32_t q_base = smem_u32(smem.q[role.wg][seq % kQStages]);
+      const uint32_t k_base = smem_u32(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf]);
+#pragma unroll
+      for (int k = 0; k < kBlockDims / 16; ++k) {
+        const uint64_t desc_q = make_smem_desc_sw128(q_base + k * 32, 16, 1024);
+        const uint64_t desc_k = make_smem_desc_sw128(k_base + k * 32, 16, 1024);
+        gmma_qk_impl(s, desc_q, desc_k, (c | k) != 0, std::make_index_sequence<64>{});
+      }
+      cute::warpgroup_commit_batch();
+      if (c >= 1) {
+        cute::warpgroup_wait<1>();
+        if (wtid == 0) issue_q_chunk(p, q_map, smem, role, seq - 1 + kQStages);  // its stage is free
+      }
+    }
+    cute::warpgroup_wait<0>();
+    fence_accumulators(s);
+    if (wtid == 0) issue_q_chunk(p, q_map, smem, role, it * kQChunks + kQChunks - 1 + kQStages);
+    for (int half = 0; half < kHalves; ++half) {
+      if (half < role.first_half || half > role.last_half) mbarrier_arrive(&smem.kv_empty[half]);
+    }
+
+    // ---- softmax over the whole window in one pass (log2 domain) ----
+    const float* inv_scale = smem.inv_scale[meta];
+    float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kKeys / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = 8 * i + 2 * frag_quad + e;
+        const bool valid = key < num_valid;
+        const float factor = valid ? logit_scale * inv_scale[key] : 0.0f;
+        s[4 * i + e] = valid ? s[4 * i + e] * factor : -INFINITY;
+        s[4 * i + 2 + e] = valid ? s[4 * i + 2 + e] * factor : -INFINITY;
+        row_max[0] = fmaxf(row_max[0], s[4 * i + e]);
+        row_max[1] = fmaxf(row_max[1], s[4 * i + 2 + e]);
+      }
+    float row_sum[2] = {0.0f, 0.0f};
+    float base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xFFFFFFFFu, row_max[h], 1));
+      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xFFFFFFFFu, row_max[h], 2));
+      base[h] = row_max[h] == -INFINITY ? 0.0f : row_max[h];  // empty token: every p is 0, not NaN
+    }
+    uint32_t p_frag[kKeys / 16][4];
+#pragma unroll
+    for (int i = 0; i < kKeys / 8; ++i) {
+      float prob[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        prob[r] = exp2f(s[4 * i + r] - base[r / 2]);
+        row_sum[r / 2] += prob[r];
+      }
+      const int key = 8 * i + 2 * frag_quad;
+      const float v0 = key < num_valid ? inv_scale[key] : 0.0f;
+      const float v1 = key + 1 < num_valid ? inv_scale[key + 1] : 0.0f;
+      p_frag[i / 2][(i & 1) * 2 + 0] = pack_bf16x2(prob[0] * v0, prob[1] * v1);
+      p_frag[i / 2][(i & 1) * 2 + 1] = pack_bf16x2(prob[2] * v0, prob[3] * v1);
+    }
+    mbarrier_arrive(&smem.meta_empty[meta]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
+    }
+    FinalizedRow fin[2];
+    fin[0] = finalize_row(row_max[0], row_sum[0], p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY);
+    fin[1] = finalize_row(row_max[1], row_sum[1], p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY);
+    if (role.writes_lse && p.lse != nullptr && frag_quad == 0) {
+      if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
+      if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;
+    }
+
+    // ---- O = P V, one 256-dim half at a time (128 accumulator registers) ----
+    for (int half = role.first_half; half <= role.last_half; ++half) {
+      float o[128];
+      fence_accumulators(o);
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
+      cute::warpgroup_arrive();
+      const uint32_t v_base = smem_u32(smem.kv[half][0][0]);
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks) {
+        // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO 16 KiB).
+        const uint64_t desc_v = make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
+        gmma_pv_impl(o, p_frag[ks], desc_v, ks != 0, std::make_index_sequence<128>{});
+      }
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
+      fence_accumulators(o);
+      mbarrier_arrive(&smem.kv_empty[half]);
+
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int head = r == 0 ? head_lo : head_hi;
+        __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + half * kHalfDims;
+#pragma unroll
+        for (int group = 0; group < kHalfDims / 32; ++group) {
+          uint32_t pairs[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int block = 4 * group + j;
+            pairs[j] = pack_bf16x2(o[4 * block + 2 * r] * fin[r].out_factor, o[4 * block + 2 * r + 1] * fin[r].out_factor);
+          }
+          transpose_quad(pairs, frag_quad);
+          // Lane q now holds dims 32 group + 8q .. + 7 of this row: one 16-byte store.
+          if (head < p.num_heads) {
+            ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace swa_decode::sm90

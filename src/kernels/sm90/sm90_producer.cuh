@@ -1,0 +1,107 @@
+// Producer warpgroup of the Hopper kernel: warps 0-2 gather and dequantize the window, warp 3
+// compacts the next token's entries.
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/device_ptx.cuh"
+#include "src/common/fp8_convert.cuh"
+#include "src/common/params.h"
+#include "src/common/window_compaction.cuh"
+#include "src/kernels/sm90/sm90_gmma.cuh"
+#include "src/kernels/sm90/sm90_plan.h"
+#include "src/kernels/sm90/sm90_ptx.cuh"
+
+namespace swa_decode::sm90 {
+
+// ---- producer: warps 0-2 gather and dequantize, warp 3 compacts the next token's window ----
+// The compaction is three dependent global round trips (length, indices, scales); on its own warp
+// it runs a token ahead instead of sitting between two half refills.
+inline constexpr int kGatherThreads = 96;
+inline constexpr int kCompactThreads = 32;
+inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
+
+__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, int meta, int half,
+                                                  int tid) {
+  const int num_valid = smem.num_valid[meta];
+#pragma unroll 4
+  for (int piece = tid; piece < kKeys * kChunksPerHalfRow; piece += kGatherThreads) {
+    const int key = piece / kChunksPerHalfRow;
+    const int chunk = piece % kChunksPerHalfRow;
+    const bool valid = key < num_valid;
+    const uint8_t* src = valid ? p.kv_cache + smem.row_offset[meta][key] + half * kHalfDims + chunk * 16 : p.kv_cache;
+    ptx::cp_async_16(smem_u32(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
+  }
+  ptx::cp_async_commit();
+}
+
+// Units of (key, 32-dim group), keys fastest: the 8 threads of a quarter-warp take 8 consecutive
+// keys of one group, so both the staging reads and the swizzled tile writes hit 8 different banks.
+__device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int tid) {
+  constexpr int kGroups = kHalfDims / 32;
+#pragma unroll 2
+  for (int unit = tid; unit < kKeys * kGroups; unit += kGatherThreads) {
+    const int key = unit % kKeys;
+    const int group = unit / kKeys;
+    const uint4 lo = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group) ^ (key & 15)) * 16]);
+    const uint4 hi = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group + 1) ^ (key & 15)) * 16]);
+    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    uint8_t* row = smem.kv[half][group / 2][key];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint4 chunk;
+      e4m3x4_to_bf16x4(words[2 * k], chunk.x, chunk.y);
+      e4m3x4_to_bf16x4(words[2 * k + 1], chunk.z, chunk.w);
+      const int position = ((group % 2) * 4 + k) ^ (key & 7);
+      *reinterpret_cast<uint4*>(row + position * 16) = chunk;
+    }
+  }
+}
+
+__device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemPlan& smem) {
+  const int lane = threadIdx.x % 32;
+  int it = 0;
+  for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
+    const int meta = it & 1;
+    mbarrier_wait(&smem.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
+    const int n = compact_window<kCompactThreads>(
+        p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], smem.warp_counts);
+    if (lane == 0) smem.num_valid[meta] = n;
+    // The rows are gathered a half at a time once the previous token's tile is free: pulling them
+    // into L2 now takes the HBM latency off that later gather.
+    for (int key = lane; key < n; key += kCompactThreads) bulk_prefetch_l2(p.kv_cache + smem.row_offset[meta][key], kHeadDim);
+    __syncwarp();
+    mbarrier_arrive(&smem.meta_full[meta]);
+  }
+}
+
+__device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan& smem) {
+  const int tid = threadIdx.x;  // 0..95
+  const int first = blockIdx.x;
+  if (first >= p.num_tokens) return;
+  mbarrier_wait(&smem.meta_full[0], 0);
+  issue_half_gather(p, smem, 0, 0, tid);
+  int it = 0;
+  for (int token = first; token < p.num_tokens; token += gridDim.x, ++it) {
+    const int meta = it & 1;
+    const int next = token + gridDim.x;
+#pragma unroll
+    for (int half = 0; half < kHalves; ++half) {
+      ptx::cp_async_wait<0>();
+      named_barrier_sync(kProducerBarrier, kGatherThreads);  // the whole half landed
+      mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
+      dequantize_half(smem, half, tid);
+      fence_proxy_async_shared();
+      named_barrier_sync(kProducerBarrier, kGatherThreads);  // staging free again
+      mbarrier_arrive(&smem.kv_full[half]);
+      if (half == 0) {
+        issue_half_gather(p, smem, meta, 1, tid);
+      } else if (next < p.num_tokens) {
+        mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
+        issue_half_gather(p, smem, meta ^ 1, 0, tid);
+      }
+    }
+  }
+}
+
+}  // namespace swa_decode::sm90
