@@ -9,6 +9,17 @@ namespace swa_decode {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
+// An mma fragment row's columns are spread over the 4 lanes of a quad (columns 2q, 2q + 1 of each
+// n8 block): two butterfly shuffles give every lane of the quad the row's max or sum.
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, 2));
+}
+__device__ __forceinline__ float quad_sum(float value) {
+  value += __shfl_xor_sync(0xFFFFFFFFu, value, 1);
+  return value + __shfl_xor_sync(0xFFFFFFFFu, value, 2);
+}
+
 struct FinalizedRow {
   float out_factor;  // multiply the unnormalized accumulator by this (0 for an empty token)
   float lse;         // natural log of sum_j exp(s_j), without the sink; -inf for an empty token

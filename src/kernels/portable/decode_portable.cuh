@@ -251,8 +251,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups
     float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], 2));
+      tile_max[h] = quad_max(tile_max[h]);
       const float new_max = fmaxf(row_max[h], tile_max[h]);
       // Every tile holds at least one valid key, so new_max is finite here.
       alpha[h] = exp2f(row_max[h] - new_max);
@@ -299,8 +298,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kHeadGroups
   // Normalize (sink, LSE) and store: four n8 blocks of a 32-dim group are 8 contiguous dims.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
+    row_sum[h] = quad_sum(row_sum[h]);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -124,8 +124,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     float base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xFFFFFFFFu, row_max[h], 1));
-      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xFFFFFFFFu, row_max[h], 2));
+      row_max[h] = quad_max(row_max[h]);
       base[h] = row_max[h] == -INFINITY ? 0.0f : row_max[h];  // empty token: every p is 0, not NaN
     }
     uint32_t p_frag[kKeys / 16][4];
@@ -146,8 +145,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     mbarrier_arrive(&smem.meta_empty[meta]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
+      row_sum[h] = quad_sum(row_sum[h]);
     }
     FinalizedRow fin[2];
     fin[0] = finalize_row(row_max[0], row_sum[0], p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY);
