@@ -6,6 +6,7 @@
 #include "src/api/decode.h"
 #include "src/api/validate.h"
 #include "src/dispatch/select_kernel.h"
+#include "src/kernels/portable/portable_plan.h"
 #include "tests/cpu/host_problem.h"
 
 namespace swa_decode {
@@ -72,6 +73,29 @@ TEST(SelectKernel, HopperFastPathWhereItFits) {
     EXPECT_NE(wide.why_not.find("window_size must be <= 128, got 256"), std::string::npos) << wide.why_not;
   }
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma).id, KernelId::kPortableMma);
+}
+
+TEST(SelectKernel, PortableStagingRingFitsTheDevice) {
+  // A 128-entry window is 4 tiles of 32 rows: with room, all of them are in flight at once.
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kA100).num_stages, 4);
+  // Never more stages than the window has tiles.
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 64), kA100).num_stages, 2);
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 96), kA100).num_stages, 3);
+  // A 99 KiB device (sm_86/89/120) still runs the longest window, with the minimum ring.
+  constexpr DeviceInfo k99KiB{.cc_major = 8, .cc_minor = 9, .num_sms = 128, .smem_optin_bytes = 101376};
+  const KernelChoice wide = select_kernel(shape(512, 128, 512, 1024), k99KiB);
+  ASSERT_EQ(wide.id, KernelId::kPortableMma);
+  EXPECT_EQ(wide.num_stages, portable::kMinStages);
+  EXPECT_LE(portable::ring_plan(wide.head_groups_per_cta, wide.num_stages, 1024).total_bytes, 101376);
+  for (const int64_t window : {1, 31, 128, 500, 1024}) {
+    for (const DeviceInfo& device : {kH200, kA100, k99KiB}) {
+      const KernelChoice choice = select_kernel(shape(2048, 16, 512, window), device, KernelId::kPortableMma);
+      ASSERT_EQ(choice.id, KernelId::kPortableMma);
+      EXPECT_LE(portable::ring_plan(choice.head_groups_per_cta, choice.num_stages, static_cast<int>(window)).total_bytes,
+                device.smem_optin_bytes)
+          << "window " << window;
+    }
+  }
 }
 
 TEST(SelectKernel, SelectionIsPure) {
