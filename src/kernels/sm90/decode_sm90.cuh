@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  const int wg = threadIdx.x / 128;
+  const int wg = threadIdx.x / kWarpgroupThreads;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x < kGatherThreads) {

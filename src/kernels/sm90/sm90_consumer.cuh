@@ -58,7 +58,7 @@ __device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int quad_lane) 
 
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
                                              const ConsumerRole& role) {
-  const int wtid = threadIdx.x % 128;
+  const int wtid = threadIdx.x % kWarpgroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
   const int frag_row = lane / 4;

@@ -15,9 +15,9 @@ inline constexpr int kQStages = 3;
 inline constexpr int kHalves = 2;
 inline constexpr int kHalfDims = kHeadDim / kHalves;      // 256 = the N of one PV wgmma
 inline constexpr int kBlocksPerHalf = kHalfDims / kBlockDims;  // 4
-inline constexpr int kThreads = 384;
-inline constexpr int kProducerThreads = 128;
-inline constexpr int kConsumerThreads = 256;
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kThreads = 3 * kWarpgroupThreads;  // WG 0 produces, WG 1 and 2 consume
+inline constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
 // __launch_bounds__(384, 1) gives every thread 168 registers at launch (64,512 per CTA), and
 // setmaxnreg only redistributes those: an increase the CTA's pool cannot cover blocks forever.
 // 2 x 200 + 104 = 504 = 3 x 168.
