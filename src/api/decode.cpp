@@ -137,31 +137,39 @@ SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device) {
   return from_choice(select_kernel(decode_shape(make_params(args)), device));
 }
 
-SupportInfo query_support(const DecodeArgs& args, int device_ordinal) {
+namespace {
+
+// query_support and query_support_for_kernel: validate, answer kCpu, read the device, then ask
+// select_kernel restricted to `only` (KernelId::kNone = free choice). Never throws.
+SupportInfo support_for(const DecodeArgs& args, int device_ordinal, KernelId only, bool cpu_allowed) {
   try {
     const Status status = validate_args(args);
     if (!status.ok()) return not_supported(status.message);
-    if (args.backend == Backend::kCpu) return cpu_support();
+    if (args.backend == Backend::kCpu) {
+      return cpu_allowed ? cpu_support() : not_supported("backend must be kCuda, got kCpu");
+    }
     DeviceInfo device{};
     const Status probe = device_info(device_ordinal, &device);
     if (!probe.ok()) return not_supported(probe.message);
-    return query_support_on(args, device);
+    return from_choice(select_kernel(decode_shape(make_params(args)), device, only));
   } catch (const std::exception& e) {
     return not_supported(from_exception(e.what()).message);
   }
 }
 
-Status decode(const DecodeArgs& args) noexcept {
+// decode and decode_with_kernel: the same path, with the kernel choice restricted to `only`.
+Status run(const DecodeArgs& args, KernelId only, bool cpu_allowed) noexcept {
   try {
     const Status status = validate_args(args);
     if (!status.ok()) return status;
-    if (args.backend == Backend::kCpu) return reference::run(args);
-
+    if (args.backend == Backend::kCpu) {
+      return cpu_allowed ? reference::run(args) : Status{StatusCode::kInvalidArgument, "backend must be kCuda, got kCpu"};
+    }
     DeviceInfo device{};
     const Status probe = device_info(-1, &device);
     if (!probe.ok()) return probe;
     const DecodeParams params = make_params(args);
-    const KernelChoice choice = select_kernel(decode_shape(params), device);
+    const KernelChoice choice = select_kernel(decode_shape(params), device, only);
     if (choice.id == KernelId::kNone) return {StatusCode::kNotSupported, choice.why_not};
     return launch_decode(params, choice, args.stream);
   } catch (const std::exception& e) {
@@ -175,31 +183,20 @@ Status decode(const DecodeArgs& args) noexcept {
   }
 }
 
+}  // namespace
+
+SupportInfo query_support(const DecodeArgs& args, int device_ordinal) {
+  return support_for(args, device_ordinal, KernelId::kNone, /*cpu_allowed=*/true);
+}
+
+Status decode(const DecodeArgs& args) noexcept { return run(args, KernelId::kNone, /*cpu_allowed=*/true); }
+
 SupportInfo query_support_for_kernel(const DecodeArgs& args, KernelId kernel) {
-  const Status status = validate_args(args);
-  if (!status.ok()) return not_supported(status.message);
-  if (args.backend == Backend::kCpu) return not_supported("backend must be kCuda, got kCpu");
-  DeviceInfo device{};
-  const Status probe = device_info(-1, &device);
-  if (!probe.ok()) return not_supported(probe.message);
-  return from_choice(select_kernel(decode_shape(make_params(args)), device, kernel));
+  return support_for(args, -1, kernel, /*cpu_allowed=*/false);
 }
 
 Status decode_with_kernel(const DecodeArgs& args, KernelId kernel) noexcept {
-  try {
-    const Status status = validate_args(args);
-    if (!status.ok()) return status;
-    if (args.backend == Backend::kCpu) return {StatusCode::kInvalidArgument, "backend must be kCuda, got kCpu"};
-    DeviceInfo device{};
-    const Status probe = device_info(-1, &device);
-    if (!probe.ok()) return probe;
-    const DecodeParams params = make_params(args);
-    const KernelChoice choice = select_kernel(decode_shape(params), device, kernel);
-    if (choice.id == KernelId::kNone) return {StatusCode::kNotSupported, choice.why_not};
-    return launch_decode(params, choice, args.stream);
-  } catch (const std::exception& e) {
-    return from_exception(e.what());
-  }
+  return run(args, kernel, /*cpu_allowed=*/false);
 }
 
 const char* version() noexcept { return "0.1.0"; }
