@@ -82,6 +82,12 @@ def make_batch(T=4, H=8, D=512, num_blocks=6, block_size=16, W=32, *, seed=0,
                  attn_sink=attn_sink)
 
 
+def valid_slots(b: Batch, t: int, num_slots: int):
+    """Token t's valid entries (docs/semantics.md): the first min(max(len, 0), W) ids in range."""
+    n = min(max(int(b.lens[t]), 0), b.window_size)
+    return [int(i) for i in b.indices[t, :n] if 0 <= int(i) < num_slots]
+
+
 def reference(b: Batch, scale: Optional[float] = None):
     """docs/semantics.md in float64: returns out (T, H, D) and lse (T, H), both float64."""
     T, H, D = b.q.shape
@@ -93,8 +99,7 @@ def reference(b: Batch, scale: Optional[float] = None):
     out = torch.zeros(T, H, D, dtype=torch.float64)
     lse = torch.full((T, H), -math.inf, dtype=torch.float64)
     for t in range(T):
-        n = min(max(int(b.lens[t]), 0), b.window_size)
-        ids = [int(i) for i in b.indices[t, :n] if 0 <= int(i) < num_slots]
+        ids = valid_slots(b, t, num_slots)
         if not ids:
             continue
         k = torch.stack([kv[i // b.block_size, i % b.block_size] * inv_scale[i] for i in ids])
@@ -126,8 +131,7 @@ def bf16_baseline(b: Batch, scale: Optional[float] = None):
     q = b.q.cpu().to(torch.float32)
     out = torch.zeros(T, H, D, dtype=torch.float32)
     for t in range(T):
-        n = min(max(int(b.lens[t]), 0), b.window_size)
-        ids = [int(i) for i in b.indices[t, :n] if 0 <= int(i) < num_slots]
+        ids = valid_slots(b, t, num_slots)
         if not ids:
             continue
         k = torch.stack([kv[i // b.block_size, i % b.block_size] * inv_scale[i] for i in ids])
