@@ -36,15 +36,24 @@ for step in $steps; do
       done
       ;;
     sanitize)
+      # SANITIZE_FILTER='*' runs the whole GPU suite; the six tool x kernel runs go in parallel
+      # (one GPU, many cores: the float64 reference dominates the wall time).
       small=${SANITIZE_FILTER:-'GpuDecode.LengthsAroundTheWindow:GpuDecode.HolesInTheWindow:GpuDecode.AllEntriesMissing:GpuDecode.IdsOutOfRange:GpuDecode.StridedTensors:GpuDecode.SinksInfiniteAndFinite:GpuDecodeShapes.*H16_int32_bf16*:GpuDecodeShapes.*H128_int64_fp32*'}
+      start=$SECONDS
       for kernel in ${SANITIZE_KERNELS:-portable sm90}; do
         for tool in memcheck racecheck initcheck; do
-          start=$SECONDS
           SWA_DECODE_TEST_KERNEL=$kernel timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool "$tool" --error-exitcode 99 \
-            "$tests" --gtest_brief=1 --gtest_filter="$small" > "$logs/sanitize_${kernel}_$tool.log" 2>&1
-          echo "sanitize[$kernel/$tool]: rc=$? ($((SECONDS - start)) s) $(grep -E 'ERROR SUMMARY' "$logs/sanitize_${kernel}_$tool.log" | tail -1)" | tee -a "$summary"
+            "$tests" --gtest_filter="$small" > "$logs/sanitize_${kernel}_$tool.log" 2>&1 &
         done
       done
+      wait
+      for kernel in ${SANITIZE_KERNELS:-portable sm90}; do
+        for tool in memcheck racecheck initcheck; do
+          log="$logs/sanitize_${kernel}_$tool.log"
+          echo "sanitize[$kernel/$tool]: $(grep -cE '^\[       OK' "$log") tests OK, $(grep -E '^\[  (PASSED|FAILED)' "$log" | tr '\n' ' ') $(grep -E 'ERROR SUMMARY' "$log" | tail -1)" | tee -a "$summary"
+        done
+      done
+      echo "sanitize: $((SECONDS - start)) s" | tee -a "$summary"
       ;;
     bench)
       for heads in ${BENCH_HEADS:-128 64 16}; do
@@ -55,16 +64,21 @@ for step in $steps; do
       done
       ;;
     ncu)
-      # One profiled launch of each kernel family at H = 128, T = 2048: bandwidth, tensor pipe,
-      # stall reasons. --clock-control none leaves the card's clocks alone (METHOD.md).
+      # One profiled launch per kernel family and token count at H = 128 (NCU_KERNELS, NCU_TOKENS):
+      # bandwidth, tensor pipe, stall reasons, and per-instruction stall samples (source page).
+      # --clock-control none leaves the card's clocks alone (METHOD.md).
       for kernel in ${NCU_KERNELS:-sm90 portable}; do
-        start=$SECONDS
-        timeout 240 ncu --clock-control none --launch-skip 2 --launch-count 1 -k "regex:decode_${kernel}" \
-          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-          --section ComputeWorkloadAnalysis --section SchedulerStats \
-          "$cli" bench --heads 128 --tokens 2048 --kernel "$kernel" --check-tokens 4 > "$logs/ncu_$kernel.log" 2>&1
-        echo "ncu[$kernel]: rc=$? ($((SECONDS - start)) s)" | tee -a "$summary"
-        grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per" "$logs/ncu_$kernel.log" | head -12 | tee -a "$summary"
+        for tokens in ${NCU_TOKENS:-2048}; do
+          start=$SECONDS
+          rep="$logs/ncu_${kernel}_t$tokens"
+          timeout ${NCU_TIMEOUT:-120} ncu --clock-control none --launch-skip 2 --launch-count 1 -k "regex:decode_${kernel}" \
+            --set full --import-source no -o "$rep" \
+            "$cli" bench --heads 128 --tokens "$tokens" --kernel "$kernel" --check-tokens 4 > "$rep.run.log" 2>&1
+          echo "ncu[$kernel T=$tokens]: rc=$? ($((SECONDS - start)) s)" | tee -a "$summary"
+          ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+          ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>&1
+          grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per" "$rep.txt" | head -8 | tee -a "$summary"
+        done
       done
       ;;
     python)
@@ -79,6 +93,18 @@ for step in $steps; do
       PYTHONUNBUFFERED=1 timeout 200 python3 -P python/bench_vs_seed.py --json "$out/python_vs_seed.json" > "$logs/bench_vs_seed.log" 2>&1
       echo "bench_vs_seed: rc=$?" | tee -a "$summary"
       tail -12 "$logs/bench_vs_seed.log" | tee -a "$summary"
+      ;;
+    python-source)
+      # The documented offline install, built on this machine from the source tree (CUTLASS headers
+      # carried in .deps/cutlass; scikit-build-core and nanobind from the image).
+      start=$SECONDS
+      python3 -m pip install --no-build-isolation --no-deps --force-reinstall . \
+        -C cmake.define.SWA_DECODE_PORTABLE_ARCHS=90 -C build.tool-args=-j12 > "$logs/pip_source.log" 2>&1
+      echo "pip install --no-build-isolation --no-deps . : rc=$? ($((SECONDS - start)) s)" | tee -a "$summary"
+      tail -3 "$logs/pip_source.log" | tee -a "$summary"
+      PYTHONUNBUFFERED=1 timeout 300 python3 -P -m pytest -q -rfE -p no:cacheprovider python/tests > "$logs/pytest_source.log" 2>&1
+      echo "pytest (source install): rc=$? ($((SECONDS - start)) s) $(tail -1 "$logs/pytest_source.log")" | tee -a "$summary"
+      grep -E "^(FAILED|ERROR) " "$logs/pytest_source.log" | head -10 | tee -a "$summary"
       ;;
     *) echo "unknown step '$step'" | tee -a "$summary" ;;
   esac
