@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <sstream>
+#include <type_traits>
+#include <utility>
 #include <string>
 
 namespace swa_decode {
@@ -14,12 +16,32 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
+// Messages are concatenated with std::to_string, not streamed through an ostringstream: the text
+// must not depend on the caller's global locale (digit grouping), and a validation failure should
+// not need iostreams initialised in the host process.
+struct Hex {
+  uintptr_t value;
+};
+
+void append(std::string& out, const char* part) { out += part; }
+void append(std::string& out, const std::string& part) { out += part; }
+void append(std::string& out, Hex part) {
+  char digits[2 * sizeof(uintptr_t)];
+  const auto end = std::to_chars(digits, digits + sizeof(digits), part.value, 16).ptr;
+  out.append("0x").append(digits, end);
+}
+template <class T>
+  requires std::is_arithmetic_v<T>
+void append(std::string& out, T part) {
+  out += std::to_string(part);
+}
+
 // Builds a message only on the failure path, so a valid call formats nothing.
 template <class... Parts>
 Status invalid(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return {StatusCode::kInvalidArgument, os.str()};
+  std::string message;
+  (append(message, parts), ...);
+  return {StatusCode::kInvalidArgument, std::move(message)};
 }
 
 Status check_range(const char* field, int64_t value, int64_t lo, int64_t hi) {
@@ -35,8 +57,8 @@ Status check_pointer(const char* field, const void* ptr, bool required, const ch
   }
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   if (address % static_cast<uintptr_t>(alignment) != 0) {
-    return invalid(field, " must be aligned to ", alignment, " bytes (", element, "), got address 0x",
-                   std::hex, address);
+    return invalid(field, " must be aligned to ", alignment, " bytes (", element, "), got address ",
+                   Hex{address});
   }
   return {};
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <locale>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,21 @@ TEST(Validation, EveryBadArgumentNamesFieldExpectedAndActual) {
     c.mutate(a);
     expect_invalid(a, c);
   }
+}
+
+// An engine may install a global C++ locale; the library's messages must not change with it.
+TEST(Validation, MessagesIgnoreTheGlobalLocale) {
+  struct ThousandsGrouping : std::numpunct<char> {
+    char do_thousands_sep() const override { return ','; }
+    std::string do_grouping() const override { return "\3"; }
+  };
+  HostProblem p(small_shape(), 9);
+  DecodeArgs a = p.args();
+  a.block_size = -1234567;
+  const std::locale previous = std::locale::global(std::locale(std::locale::classic(), new ThousandsGrouping));
+  const Status status = validate_args(a);
+  std::locale::global(previous);
+  EXPECT_NE(status.message.find("got -1234567"), std::string::npos) << status.message;
 }
 
 TEST(Validation, CpuBackendTakesAnyHeadCountAndHeadDim) {
