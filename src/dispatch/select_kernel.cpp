@@ -104,9 +104,18 @@ KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, K
   // H = 128, T = 8: 15.5 us with one group vs 16.8 with two; T = 32, 128 two-group CTAs:
   // 22.3 us with one group vs 17.8 with two).
   const int64_t two_group_ctas = shape.num_tokens * ((shape.num_heads + 31) / 32);
-  choice.head_groups_per_cta = shape.num_heads > 16 && 2 * two_group_ctas >= device.num_sms ? 2 : 1;
-  choice.num_stages = portable::choose_stages(choice.head_groups_per_cta, static_cast<int>(shape.window_size),
-                                              device.smem_optin_bytes);
+  const int window = static_cast<int>(shape.window_size);
+  int head_groups = shape.num_heads > 16 && 2 * two_group_ctas >= device.num_sms ? 2 : 1;
+  // Two groups need 16 KiB more for q: on a 99 KiB device a 1024-entry window leaves no room.
+  if (head_groups == 2 && portable::choose_stages(2, window, device.smem_optin_bytes) == 0) head_groups = 1;
+  choice.head_groups_per_cta = head_groups;
+  choice.num_stages = portable::choose_stages(head_groups, window, device.smem_optin_bytes);
+  if (choice.num_stages == 0) {
+    return unsupported("the portable kernel needs " +
+                       std::to_string(portable::ring_plan(1, portable::kMinStages, window).total_bytes) +
+                       " bytes of shared memory per block at window_size " + std::to_string(window) +
+                       ", device allows " + std::to_string(device.smem_optin_bytes));
+  }
   choice.name = "portable_mma_g" + std::to_string(choice.head_groups_per_cta);
   return choice;
 }

@@ -81,11 +81,21 @@ TEST(SelectKernel, PortableStagingRingFitsTheDevice) {
   // Never more stages than the window has tiles.
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 64), kA100).num_stages, 2);
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 96), kA100).num_stages, 3);
-  // A 99 KiB device (sm_86/89/120) still runs the longest window, with the minimum ring.
+  // Where two CTAs can share an SM (H200: 2 x 113 KiB), the ring stops at what lets them: at two
+  // head groups that is 2 stages, at one group 3.
+  const KernelChoice shared = select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma);
+  EXPECT_EQ(shared.head_groups_per_cta, 2);
+  EXPECT_EQ(shared.num_stages, 2);
+  EXPECT_LE(portable::ring_plan(2, shared.num_stages, 128).total_bytes,
+            portable::two_ctas_per_sm_budget(kH200.smem_optin_bytes));
+  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200, KernelId::kPortableMma).num_stages, 3);
+  // A 99 KiB device (sm_86/89/120) still runs the longest window, with the minimum ring and one
+  // head group (two would need 16 KiB more for q than it has).
   constexpr DeviceInfo k99KiB{.cc_major = 8, .cc_minor = 9, .num_sms = 128, .smem_optin_bytes = 101376};
   const KernelChoice wide = select_kernel(shape(512, 128, 512, 1024), k99KiB);
   ASSERT_EQ(wide.id, KernelId::kPortableMma);
   EXPECT_EQ(wide.num_stages, portable::kMinStages);
+  EXPECT_EQ(wide.head_groups_per_cta, 1);
   EXPECT_LE(portable::ring_plan(wide.head_groups_per_cta, wide.num_stages, 1024).total_bytes, 101376);
   for (const int64_t window : {1, 31, 128, 500, 1024}) {
     for (const DeviceInfo& device : {kH200, kA100, k99KiB}) {

@@ -14,13 +14,19 @@ inline constexpr int kMaxWindow = 1024;
 inline constexpr int kMinStages = 2;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kStageBytes = kKeysPerTile * kHeadDim;  // 16 KiB of raw e4m3 rows
+// A CTA's q, held in shared memory as ready-made mma A fragments: 16 heads x 512 dims of bf16 per
+// group. Keeping it out of registers (32 per thread) is what lets two CTAs share an SM.
+inline constexpr int kQBytesPerGroup = kHeadsPerGroup * kHeadDim * 2;  // 16 KiB
+// The partial-score exchange (4 warps x 16 x 32 fp32 per group) reuses the stage its tile was
+// dequantized from, so it needs no space of its own; it must fit there.
+static_assert(2 * kWarpsPerGroup * 16 * 32 * 4 <= kStageBytes, "two groups' partial scores fill one stage");
 
-// Fixed part: the bf16 tile, the partial-score exchange and the compaction's warp counts.
+// Fixed part: the bf16 tile, q's fragments and the compaction's warp counts.
 constexpr int fixed_smem_bytes(int head_groups) {
   const int tile = kKeysPerTile * kHeadDim * 2;
-  const int partial_scores = head_groups * kWarpsPerGroup * 16 * 32 * 4;
+  const int q = head_groups * kQBytesPerGroup;
   const int warp_counts = head_groups * kWarpsPerGroup * 4;
-  return (tile + partial_scores + warp_counts + 127) / 128 * 128;
+  return (tile + q + warp_counts + 127) / 128 * 128;
 }
 
 struct RingPlan {
@@ -36,15 +42,26 @@ constexpr RingPlan ring_plan(int head_groups, int num_stages, int window_size) {
   const int inv_scale = row_offset + window_size * 8;
   return RingPlan{staging, row_offset, inv_scale, inv_scale + window_size * 4};
 }
-static_assert(ring_plan(2, kMinStages, kMaxWindow).total_bytes <= 99 * 1024,
-              "two stages must fit sm_86/89/120's 99 KiB at any window");
+static_assert(ring_plan(1, kMinStages, kMaxWindow).total_bytes <= 99 * 1024,
+              "one head group with two stages must fit sm_86/89/120's 99 KiB at any window");
 
-// As many stages as fit in `smem_budget` bytes (kMinStages..kMaxStages), but no more than the
-// window has tiles: with all of a 128-entry window in flight a CTA pays the gather latency once.
-constexpr int choose_stages(int head_groups, int window_size, int64_t smem_budget) {
+// Shared memory one CTA may use so that two share an SM. An SM has 1 KiB more than the per-block
+// opt-in limit (228 vs 227 KiB on sm_90, 164 vs 163 on sm_80) and reserves 1 KiB per resident block.
+constexpr int64_t two_ctas_per_sm_budget(int64_t smem_optin_bytes) {
+  return (smem_optin_bytes + 1024) / 2 - 1024;
+}
+
+// Stages (kMinStages..kMaxStages, never more than the window has tiles) for `head_groups`: the most
+// that still let two CTAs share an SM, since a second CTA hides one CTA's barriers and gather
+// latency better than a deeper ring does; where even kMinStages cannot be shared, the most that
+// fit one CTA. 0 if kMinStages does not fit at all.
+constexpr int choose_stages(int head_groups, int window_size, int64_t smem_optin_bytes) {
   const int tiles = (window_size + kKeysPerTile - 1) / kKeysPerTile;
+  const int64_t shared = two_ctas_per_sm_budget(smem_optin_bytes);
+  const int64_t budget = ring_plan(head_groups, kMinStages, window_size).total_bytes <= shared ? shared : smem_optin_bytes;
+  if (ring_plan(head_groups, kMinStages, window_size).total_bytes > budget) return 0;
   int stages = kMinStages;
-  while (stages < kMaxStages && stages < tiles && ring_plan(head_groups, stages + 1, window_size).total_bytes <= smem_budget) {
+  while (stages < kMaxStages && stages < tiles && ring_plan(head_groups, stages + 1, window_size).total_bytes <= budget) {
     ++stages;
   }
   return stages;
