@@ -199,12 +199,16 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
   int64_t* s_row_offset = reinterpret_cast<int64_t*>(smem_raw + ring.row_offset_offset);
   float* s_inv_scale = reinterpret_cast<float*>(smem_raw + ring.inv_scale_offset);
 
-  const int token = blockIdx.x;
+  // CTAs start in blockIdx.x-fastest order; numbering them token-major makes the head blocks of
+  // one token neighbours, so their gathers of the same window rows meet in L2 instead of HBM.
+  const int64_t cta = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
+  const int token = static_cast<int>(cta / gridDim.y);
+  const int head_block = static_cast<int>(cta % gridDim.y);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int quarter = warp % kWarpsPerGroup;
   const int group = warp / kWarpsPerGroup;
-  const int head_base = (blockIdx.y * kHeadGroups + group) * kHeadsPerGroup;
+  const int head_base = (head_block * kHeadGroups + group) * kHeadsPerGroup;
   const int frag_row = lane / 4;   // g: fragment rows g and g + 8
   const int frag_quad = lane % 4;  // q: fragment columns 2q, 2q + 1
   const int head_lo = head_base + frag_row;
@@ -411,6 +415,7 @@ cudaError_t launch_portable_decode(const DecodeParams& params, int num_stages, c
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
   constexpr int kHeadsPerCta = kHeadGroups * portable::kHeadsPerGroup;
+  // x: tokens (up to 2^31 - 1), y: head blocks (up to 8); the kernel renumbers them token-major.
   const dim3 grid(static_cast<unsigned>(params.num_tokens),
                   static_cast<unsigned>((params.num_heads + kHeadsPerCta - 1) / kHeadsPerCta));
   kernel<<<grid, kThreads, smem_bytes, stream>>>(params, num_stages);
