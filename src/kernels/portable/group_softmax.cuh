@@ -1,0 +1,162 @@
+// The online softmax of one 16-head group, shared by the group's 4 warps (head-dim quarters).
+//
+// After QK each warp holds partial scores (its 128 dims) for all 32 keys of the tile. Instead of
+// every warp summing all 4 partials and repeating the same softmax, warp w sums and exponentiates
+// only key block w (8 keys), and the warps swap two small things through shared memory: each
+// block's row maxima and the bf16 probabilities the PV matmul needs as its A operand. Per warp and
+// tile that is 4 16-byte loads of partials instead of 16 and 4 exponentials instead of 16.
+//
+// The running max is lazy: rows keep their max until a tile exceeds it by more than
+// kRescaleSlack (log2 units), so the 64-register rescale of the output runs a few times per
+// token instead of every tile. Probabilities then reach 2^kRescaleSlack, which fp32 sums and bf16
+// operands hold exactly as well; the normalisation uses the same max, so the result is unchanged.
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/fp8_convert.cuh"
+#include "src/common/softmax_finalize.cuh"
+#include "src/kernels/portable/portable_plan.h"
+
+namespace swa_decode::portable {
+
+inline constexpr float kRescaleSlack = 8.0f;  // probabilities stay <= 256
+
+// What a group's warps swap each tile (the partial scores go through the tile's staging stage).
+struct GroupExchange {
+  float row_max[16][kWarpsPerGroup];  // [fragment row][key block]: max over the block's 8 keys
+  uint2 probs[kWarpsPerGroup][32];    // [key block][lane]: bf16x2 P of rows g and g + 8
+};
+static_assert(sizeof(GroupExchange) == kGroupExchangeBytes, "portable_plan.h sizes GroupExchange");
+
+// 2^x for x <= kRescaleSlack or -inf: one MUFU.EX2, no range fix-up. Results below 2^-126 flush
+// to 0, which the softmax cannot tell from the exact value next to the max's 1.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Barrier of the group's 128 threads only (id 0 is __syncthreads).
+__device__ __forceinline__ void group_barrier(int group) {
+  asm volatile("bar.sync %0, %1;" ::"r"(group + 1), "n"(kWarpsPerGroup * 32) : "memory");
+}
+
+// Layout of the partial scores in `exchange` (16 x 32 x 4 floats per group): [fragment register
+// (n8 block n, register r)][lane][quarter], each lane's quarters rotated by lane / 8 so that a
+// warp's 32 stores hit 32 banks; a reader adds the 4 quarters of one value with one 16-byte load.
+__device__ __forceinline__ void publish_partial_scores(float* exchange, const float (&s_acc)[4][4], int quarter,
+                                                       int lane) {
+  const int rotated_quarter = (quarter + lane / 8) % kWarpsPerGroup;
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) exchange[((n * 4 + r) * 32 + lane) * kWarpsPerGroup + rotated_quarter] = s_acc[n][r];
+}
+
+// Full scores of key block `block` for this lane: {row g, row g + 8} x {key 2q, 2q + 1}.
+__device__ __forceinline__ void sum_partial_scores(const float* exchange, int block, int lane, float (&scores)[4]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const float4 parts = *reinterpret_cast<const float4*>(&exchange[((block * 4 + r) * 32 + lane) * kWarpsPerGroup]);
+    scores[r] = (parts.x + parts.y) + (parts.z + parts.w);
+  }
+}
+
+// Running softmax state of this lane's two rows (g, g + 8), in the log2 domain.
+struct RowState {
+  float max[2] = {-INFINITY, -INFINITY};  // lazy running max, identical in the group's 4 warps
+  float sum[2] = {0.0f, 0.0f};            // this lane's keys only; combined at the end
+};
+
+// One tile's softmax for the group. `scores`: raw q . e4m3 of this warp's key block (keys
+// first_key, first_key + 1 for this lane); `inv_scale`: the compacted window's scales. Rescales
+// o_acc when the max moves, and leaves in p_frag the PV A fragments (P x inv_scale, bf16) of all
+// 32 keys. Every warp of the group must call it (it holds two group barriers).
+template <int kOutBlocks>
+__device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first_key, int num_valid,
+                                                   const float* inv_scale, float logit_scale, GroupExchange& ex,
+                                                   int group, int quarter, int lane, RowState& state,
+                                                   float (&o_acc)[kOutBlocks][4], uint32_t (&p_frag)[2][4]) {
+  const int row = lane / 4;
+  const bool valid[2] = {first_key < num_valid, first_key + 1 < num_valid};
+  // The inverse scale factors out of q . e4m3; masked keys score -inf and weigh 0.
+  const float key_scale[2] = {valid[0] ? inv_scale[first_key] : 0.0f, valid[1] ? inv_scale[first_key + 1] : 0.0f};
+#pragma unroll
+  for (int r = 0; r < 4; ++r) scores[r] = valid[r & 1] ? scores[r] * (logit_scale * key_scale[r & 1]) : -INFINITY;
+
+  const float block_max[2] = {quad_max(fmaxf(scores[0], scores[1])), quad_max(fmaxf(scores[2], scores[3]))};
+  if (lane % 4 == 0) {
+    ex.row_max[row][quarter] = block_max[0];
+    ex.row_max[row + 8][quarter] = block_max[1];
+  }
+  group_barrier(group);
+  float tile_max[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 m = *reinterpret_cast<const float4*>(&ex.row_max[row + 8 * h][0]);
+    tile_max[h] = fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
+  }
+  // Every tile holds a valid key, so tile_max is finite and the first tile always rescales
+  // (from -inf: alpha = 0 on an all-zero accumulator).
+  const bool grows = tile_max[0] > state.max[0] + kRescaleSlack || tile_max[1] > state.max[1] + kRescaleSlack;
+  if (__any_sync(0xFFFFFFFFu, grows)) {
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float new_max = fmaxf(state.max[h], tile_max[h]);
+      alpha[h] = exp2_approx(state.max[h] - new_max);
+      state.max[h] = new_max;
+      state.sum[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int n = 0; n < kOutBlocks; ++n) {
+      o_acc[n][0] *= alpha[0];
+      o_acc[n][1] *= alpha[0];
+      o_acc[n][2] *= alpha[1];
+      o_acc[n][3] *= alpha[1];
+    }
+  }
+
+  float prob[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    prob[r] = exp2_approx(scores[r] - state.max[r / 2]);
+    state.sum[r / 2] += prob[r];
+  }
+  // The numerator carries the inverse scale: out = sum_j (p_j * inv_scale_j) * e4m3_j.
+  ex.probs[quarter][lane] = make_uint2(pack_bf16x2(prob[0] * key_scale[0], prob[1] * key_scale[1]),
+                                       pack_bf16x2(prob[2] * key_scale[0], prob[3] * key_scale[1]));
+  group_barrier(group);
+  // A fragment of k-step ks: keys 16 ks .. 16 ks + 15 = key blocks 2 ks and 2 ks + 1.
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    const uint2 lo = ex.probs[2 * ks][lane];
+    const uint2 hi = ex.probs[2 * ks + 1][lane];
+    p_frag[ks][0] = lo.x;
+    p_frag[ks][1] = lo.y;
+    p_frag[ks][2] = hi.x;
+    p_frag[ks][3] = hi.y;
+  }
+}
+
+// The group's row sums, once after the last tile: each warp summed only its own key blocks.
+__device__ __forceinline__ void combine_row_sums(GroupExchange& ex, int group, int quarter, int lane,
+                                                 RowState& state) {
+  const int row = lane / 4;
+  const float mine[2] = {quad_sum(state.sum[0]), quad_sum(state.sum[1])};
+  // Safe to overwrite row_max: every warp of the group read it before the last tile's second
+  // barrier, which this warp has passed.
+  if (lane % 4 == 0) {
+    ex.row_max[row][quarter] = mine[0];
+    ex.row_max[row + 8][quarter] = mine[1];
+  }
+  group_barrier(group);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 s = *reinterpret_cast<const float4*>(&ex.row_max[row + 8 * h][0]);
+    state.sum[h] = (s.x + s.y) + (s.z + s.w);
+  }
+}
+
+}  // namespace swa_decode::portable
