@@ -26,6 +26,20 @@ __device__ __forceinline__ void e4m3x4_to_bf16x4(uint32_t codes, uint32_t& lo, u
   hi = e4m3x2_to_bf16x2(static_cast<uint16_t>(codes >> 16));
 }
 
+// Four e4m3 codes packed in a u32 -> two f16x2 words: one cvt per pair on sm_89+, against four
+// for bf16 (the f16 -> bf16 step has no single instruction).
+__device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t codes, uint32_t& lo, uint32_t& hi) {
+  const __half2_raw l = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes & 0xFFFFu), __NV_E4M3);
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes >> 16), __NV_E4M3);
+  lo = static_cast<uint32_t>(l.x) | (static_cast<uint32_t>(l.y) << 16);
+  hi = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&b);

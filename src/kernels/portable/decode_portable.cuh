@@ -1,4 +1,4 @@
-// Portable tensor-core decode kernel: mma.sync m16n8k16 bf16, cp.async, ldmatrix (sm_80 and newer).
+// Portable tensor-core decode kernel: mma.sync m16n8k16 f16, cp.async, ldmatrix (sm_80 and newer).
 //
 // Grid: (token, block of 16 * kHeadGroups heads). One CTA gathers and dequantizes each valid KV row
 // of its token once for all the heads it holds. Each 16-head group is split over 4 warps by head-dim
@@ -6,7 +6,8 @@
 // instead of 256; the 4 partial score tiles meet in shared memory and each warp finishes the
 // softmax of a quarter of the keys (group_softmax.cuh). q waits in shared memory as ready-made A fragments, so a thread needs at
 // most 128 registers and two CTAs share an SM: one CTA's barriers and gather latency hide under the
-// other's matmuls (docs/perf-notes.md, portable v5). Keys stream in tiles of 32 with an online
+// other's matmuls (docs/perf-notes.md, portable v5). The tensor cores run f16 (q_f16.cuh says why
+// and how q is scaled exactly). Keys stream in tiles of 32 with an online
 // softmax through a ring of 2-4 staging buffers.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "src/kernels/portable/launch_portable.h"
 #include "src/kernels/portable/portable_plan.h"
 #include "src/kernels/portable/group_softmax.cuh"
+#include "src/kernels/portable/q_f16.cuh"
 #include "src/kernels/portable/tile_staging.cuh"
 
 namespace swa_decode::portable {
@@ -32,7 +34,7 @@ inline constexpr int kDimsPerWarp = kHeadDim / kWarpsPerGroup;  // 128
 template <int kHeadGroups>
 struct SmemPlan {
   static constexpr int kWarps = kHeadGroups * kWarpsPerGroup;
-  alignas(128) __nv_bfloat16 kv[kKeysPerTile][kHeadDim];         // swizzled, dim-permuted
+  alignas(128) uint16_t kv[kKeysPerTile][kHeadDim];              // f16, swizzled, dim-permuted
   alignas(16) uint4 q_frags[kWarps][kDimsPerWarp / 16][32];      // [warp][k-step][lane]: A fragments
   alignas(16) GroupExchange exchange[kHeadGroups];
   int warp_counts[kWarps];
@@ -71,27 +73,59 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
   const int head_hi = head_lo + 8;
   const int dim_base = quarter * kDimsPerWarp;
 
-  // q fragments first (their latency hides under the index compaction below), parked in shared
-  // memory in register order: each lane later reloads its own 16 bytes per k-step, conflict-free.
+  // q first: its latency hides under the index compaction below.
+  uint4 q_lo[kDimsPerWarp / kDimGroup], q_hi[kDimsPerWarp / kDimGroup];  // rows g, g + 8: dims 8q..8q+7 per group
   {
     const __nv_bfloat16* q_token = p.q + token * p.stride_q_token + dim_base + 8 * frag_quad;
 #pragma unroll
     for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
       const uint4 zero = make_uint4(0, 0, 0, 0);
-      const uint4 lo = head_lo < p.num_heads ? ptx::ld_global_nc_v4(q_token + head_lo * p.stride_q_head + c * kDimGroup) : zero;
-      const uint4 hi = head_hi < p.num_heads ? ptx::ld_global_nc_v4(q_token + head_hi * p.stride_q_head + c * kDimGroup) : zero;
-      const QFragmentPair pair = q_words_to_fragments(lo, hi);
+      q_lo[c] = head_lo < p.num_heads ? ptx::ld_global_nc_v4(q_token + head_lo * p.stride_q_head + c * kDimGroup) : zero;
+      q_hi[c] = head_hi < p.num_heads ? ptx::ld_global_nc_v4(q_token + head_hi * p.stride_q_head + c * kDimGroup) : zero;
+    }
+  }
+
+  const int num_valid = compact_window<kThreads>(
+      p, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
+
+  // Each head's power-of-two scale into f16 (q_f16.cuh): its largest |q| over the 4 quarters.
+  float row_logit[2];
+  {
+    GroupExchange& ex = smem.exchange[group];
+    const float quarter_max[2] = {quad_max(bf16_max_magnitude(q_lo)), quad_max(bf16_max_magnitude(q_hi))};
+    if (frag_quad == 0) {
+      ex.row_max[frag_row][quarter] = quarter_max[0];
+      ex.row_max[frag_row + 8][quarter] = quarter_max[1];
+    }
+    group_barrier(group);
+    float q_scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float4 m = *reinterpret_cast<const float4*>(&ex.row_max[frag_row + 8 * h][0]);
+      const int k = q_scale_exponent(fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w)));
+      q_scale[h] = exp2_int(k);
+      row_logit[h] = p.scale * kLog2e * exp2_int(-k);
+    }
+    // Parked in shared memory as A fragments in register order: each lane later reloads its own
+    // 16 bytes per k-step, so no barrier is needed between these stores and those loads.
+#pragma unroll
+    for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
+      const QFragmentPair pair =
+          q_words_to_fragments(bf16x8_to_scaled_f16x8(q_lo[c], q_scale[0]), bf16x8_to_scaled_f16x8(q_hi[c], q_scale[1]));
       smem.q_frags[warp][2 * c][lane] = make_uint4(pair.kstep0[0], pair.kstep0[1], pair.kstep0[2], pair.kstep0[3]);
       smem.q_frags[warp][2 * c + 1][lane] = make_uint4(pair.kstep1[0], pair.kstep1[1], pair.kstep1[2], pair.kstep1[3]);
     }
   }
+  // The window's largest |inv_scale| (group_softmax.cuh), reduced by every warp on its own.
+  float value_norm = 0.0f;
+  for (int i = lane; i < num_valid; i += 32) value_norm = fmaxf(value_norm, fabsf(s_inv_scale[i]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value_norm = fmaxf(value_norm, __shfl_xor_sync(0xFFFFFFFFu, value_norm, offset));
+  if (!(value_norm > 0.0f) || isinf(value_norm)) value_norm = 1.0f;
+  const float inv_value_norm = 1.0f / value_norm;
 
-  // The compaction's barriers also order the q stores above before their reloads in the tile loop.
-  const int num_valid = compact_window<kThreads>(
-      p, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
   const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
   const int copy_width = kv_copy_width(p);
-  const float logit_scale = p.scale * kLog2e;
 
   float o_acc[kDimsPerWarp / 8][4];
 #pragma unroll
@@ -134,8 +168,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
         const uint32_t addr = qk_rows.addr[ks & 3] + (ks >> 2) * 8 * kChunkBytes + n * 8 * (kHeadDim * 2);
         uint32_t b0, b1, b2, b3;
         ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
-        ptx::mma_bf16_16816(s_acc[n], q_frag, b0, b1);
-        ptx::mma_bf16_16816(s_acc[n + 1], q_frag, b2, b3);
+        ptx::mma_f16_16816(s_acc[n], q_frag, b0, b1);
+        ptx::mma_f16_16816(s_acc[n + 1], q_frag, b2, b3);
       }
     }
     // The group's 4 partials meet in the stage this tile came from (dequantized, so free); this
@@ -146,8 +180,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
     float scores[4];
     sum_partial_scores(partials, quarter, lane, scores);
     uint32_t p_frag[kKeysPerTile / 16][4];
-    group_softmax_tile(scores, tile * kKeysPerTile + 8 * quarter + 2 * frag_quad, num_valid, s_inv_scale, logit_scale,
-                       smem.exchange[group], group, quarter, lane, rows, o_acc, p_frag);
+    group_softmax_tile(scores, tile * kKeysPerTile + 8 * quarter + 2 * frag_quad, num_valid, s_inv_scale, row_logit,
+                       inv_value_norm, smem.exchange[group], group, quarter, lane, rows, o_acc, p_frag);
 
     // O[16 heads][this warp's 128 dims] += P[16][32 keys] * V[32 keys][128 dims].
 #pragma unroll
@@ -158,8 +192,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
         const uint32_t addr = pv_rows.addr[(n / 2) & 3] + (n / 8) * 8 * kChunkBytes + ks * 16 * (kHeadDim * 2);
         uint32_t b0, b1, b2, b3;
         ptx::ldmatrix_x4_trans(addr, b0, b1, b2, b3);
-        ptx::mma_bf16_16816(o_acc[n], p_frag[ks], b0, b1);
-        ptx::mma_bf16_16816(o_acc[n + 1], p_frag[ks], b2, b3);
+        ptx::mma_f16_16816(o_acc[n], p_frag[ks], b0, b1);
+        ptx::mma_f16_16816(o_acc[n + 1], p_frag[ks], b2, b3);
       }
     }
     refill_offset = read_offset;
@@ -174,15 +208,16 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
     if (head >= p.num_heads) continue;
     const float sink = p.attn_sink != nullptr ? p.attn_sink[head] : -INFINITY;
     const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], sink);
+    const float out_factor = fin.out_factor * value_norm;
     if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[token * p.stride_lse_token + head] = fin.lse;
     __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;
 #pragma unroll
     for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
       uint4 v;
-      v.x = pack_bf16x2(o_acc[4 * c + 0][2 * h] * fin.out_factor, o_acc[4 * c + 0][2 * h + 1] * fin.out_factor);
-      v.y = pack_bf16x2(o_acc[4 * c + 1][2 * h] * fin.out_factor, o_acc[4 * c + 1][2 * h + 1] * fin.out_factor);
-      v.z = pack_bf16x2(o_acc[4 * c + 2][2 * h] * fin.out_factor, o_acc[4 * c + 2][2 * h + 1] * fin.out_factor);
-      v.w = pack_bf16x2(o_acc[4 * c + 3][2 * h] * fin.out_factor, o_acc[4 * c + 3][2 * h + 1] * fin.out_factor);
+      v.x = pack_bf16x2(o_acc[4 * c + 0][2 * h] * out_factor, o_acc[4 * c + 0][2 * h + 1] * out_factor);
+      v.y = pack_bf16x2(o_acc[4 * c + 1][2 * h] * out_factor, o_acc[4 * c + 1][2 * h + 1] * out_factor);
+      v.z = pack_bf16x2(o_acc[4 * c + 2][2 * h] * out_factor, o_acc[4 * c + 2][2 * h + 1] * out_factor);
+      v.w = pack_bf16x2(o_acc[4 * c + 3][2 * h] * out_factor, o_acc[4 * c + 3][2 * h + 1] * out_factor);
       ptx::st_global_v4(out_row + c * kDimGroup, v);
     }
   }

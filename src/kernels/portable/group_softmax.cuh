@@ -3,13 +3,17 @@
 // After QK each warp holds partial scores (its 128 dims) for all 32 keys of the tile. Instead of
 // every warp summing all 4 partials and repeating the same softmax, warp w sums and exponentiates
 // only key block w (8 keys), and the warps swap two small things through shared memory: each
-// block's row maxima and the bf16 probabilities the PV matmul needs as its A operand. Per warp and
+// block's row maxima and the f16 probabilities the PV matmul needs as its A operand. Per warp and
 // tile that is 4 16-byte loads of partials instead of 16 and 4 exponentials instead of 16.
 //
 // The running max is lazy: rows keep their max until a tile exceeds it by more than
 // kRescaleSlack (log2 units), so the 64-register rescale of the output runs a few times per
-// token instead of every tile. Probabilities then reach 2^kRescaleSlack, which fp32 sums and bf16
-// operands hold exactly as well; the normalisation uses the same max, so the result is unchanged.
+// token instead of every tile. Probabilities then reach 2^kRescaleSlack, which fp32 sums and f16
+// operands hold as well; the normalisation uses the same max, so the result is unchanged.
+//
+// The PV operand is P_j * inv_scale_j / value_norm in f16, value_norm = the window's largest
+// |inv_scale|: the ratio is <= 1, so the operand is <= 256 whatever the cache's scales are, and the
+// epilogue multiplies by value_norm again.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +29,7 @@ inline constexpr float kRescaleSlack = 8.0f;  // probabilities stay <= 256
 // What a group's warps swap each tile (the partial scores go through the tile's staging stage).
 struct GroupExchange {
   float row_max[16][kWarpsPerGroup];  // [fragment row][key block]: max over the block's 8 keys
-  uint2 probs[kWarpsPerGroup][32];    // [key block][lane]: bf16x2 P of rows g and g + 8
+  uint2 probs[kWarpsPerGroup][32];    // [key block][lane]: f16x2 P of rows g and g + 8
 };
 static_assert(sizeof(GroupExchange) == kGroupExchangeBytes, "portable_plan.h sizes GroupExchange");
 
@@ -70,20 +74,22 @@ struct RowState {
 };
 
 // One tile's softmax for the group. `scores`: raw q . e4m3 of this warp's key block (keys
-// first_key, first_key + 1 for this lane); `inv_scale`: the compacted window's scales. Rescales
-// o_acc when the max moves, and leaves in p_frag the PV A fragments (P x inv_scale, bf16) of all
-// 32 keys. Every warp of the group must call it (it holds two group barriers).
+// first_key, first_key + 1 for this lane); `inv_scale`: the compacted window's scales;
+// `row_logit`: scale * log2(e) / 2^k of rows g and g + 8 (q_f16.cuh); `inv_value_norm`: 1 /
+// value_norm. Rescales o_acc when the max moves, and leaves in p_frag the PV A fragments (f16) of
+// all 32 keys. Every warp of the group must call it (it holds two group barriers).
 template <int kOutBlocks>
 __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first_key, int num_valid,
-                                                   const float* inv_scale, float logit_scale, GroupExchange& ex,
-                                                   int group, int quarter, int lane, RowState& state,
-                                                   float (&o_acc)[kOutBlocks][4], uint32_t (&p_frag)[2][4]) {
+                                                   const float* inv_scale, const float (&row_logit)[2],
+                                                   float inv_value_norm, GroupExchange& ex, int group, int quarter,
+                                                   int lane, RowState& state, float (&o_acc)[kOutBlocks][4],
+                                                   uint32_t (&p_frag)[2][4]) {
   const int row = lane / 4;
   const bool valid[2] = {first_key < num_valid, first_key + 1 < num_valid};
   // The inverse scale factors out of q . e4m3; masked keys score -inf and weigh 0.
   const float key_scale[2] = {valid[0] ? inv_scale[first_key] : 0.0f, valid[1] ? inv_scale[first_key + 1] : 0.0f};
 #pragma unroll
-  for (int r = 0; r < 4; ++r) scores[r] = valid[r & 1] ? scores[r] * (logit_scale * key_scale[r & 1]) : -INFINITY;
+  for (int r = 0; r < 4; ++r) scores[r] = valid[r & 1] ? scores[r] * (row_logit[r / 2] * key_scale[r & 1]) : -INFINITY;
 
   const float block_max[2] = {quad_max(fmaxf(scores[0], scores[1])), quad_max(fmaxf(scores[2], scores[3]))};
   if (lane % 4 == 0) {
@@ -97,10 +103,11 @@ __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first
     const float4 m = *reinterpret_cast<const float4*>(&ex.row_max[row + 8 * h][0]);
     tile_max[h] = fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
   }
-  // Every tile holds a valid key, so tile_max is finite and the first tile always rescales
-  // (from -inf: alpha = 0 on an all-zero accumulator).
+  // Every tile holds a valid key, so tile_max is finite and the first tile always takes this
+  // branch; the accumulator is still all zero then, so only the max and the sums move.
   const bool grows = tile_max[0] > state.max[0] + kRescaleSlack || tile_max[1] > state.max[1] + kRescaleSlack;
   if (__any_sync(0xFFFFFFFFu, grows)) {
+    const bool first = __all_sync(0xFFFFFFFFu, state.max[0] == -INFINITY && state.max[1] == -INFINITY);
     float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -109,12 +116,14 @@ __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first
       state.max[h] = new_max;
       state.sum[h] *= alpha[h];
     }
+    if (!first) {
 #pragma unroll
-    for (int n = 0; n < kOutBlocks; ++n) {
-      o_acc[n][0] *= alpha[0];
-      o_acc[n][1] *= alpha[0];
-      o_acc[n][2] *= alpha[1];
-      o_acc[n][3] *= alpha[1];
+      for (int n = 0; n < kOutBlocks; ++n) {
+        o_acc[n][0] *= alpha[0];
+        o_acc[n][1] *= alpha[0];
+        o_acc[n][2] *= alpha[1];
+        o_acc[n][3] *= alpha[1];
+      }
     }
   }
 
@@ -124,9 +133,11 @@ __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first
     prob[r] = exp2_approx(scores[r] - state.max[r / 2]);
     state.sum[r / 2] += prob[r];
   }
-  // The numerator carries the inverse scale: out = sum_j (p_j * inv_scale_j) * e4m3_j.
-  ex.probs[quarter][lane] = make_uint2(pack_bf16x2(prob[0] * key_scale[0], prob[1] * key_scale[1]),
-                                       pack_bf16x2(prob[2] * key_scale[0], prob[3] * key_scale[1]));
+  // The numerator carries the inverse scale: out = value_norm * sum_j (p_j * inv_scale_j /
+  // value_norm) * e4m3_j.
+  const float ratio[2] = {key_scale[0] * inv_value_norm, key_scale[1] * inv_value_norm};
+  ex.probs[quarter][lane] = make_uint2(pack_f16x2(prob[0] * ratio[0], prob[1] * ratio[1]),
+                                       pack_f16x2(prob[2] * ratio[0], prob[3] * ratio[1]));
   group_barrier(group);
   // A fragment of k-step ks: keys 16 ks .. 16 ks + 15 = key blocks 2 ks and 2 ks + 1.
 #pragma unroll

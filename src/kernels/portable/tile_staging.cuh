@@ -1,5 +1,5 @@
 // How a portable CTA moves one tile of 32 cache rows: cp.async of the raw e4m3 rows into a staging
-// buffer, then dequantization into the bf16 tile the mma.sync operands are loaded from. Both
+// buffer, then dequantization into the f16 tile the mma.sync operands are loaded from. Both
 // buffers are XOR-swizzled by row so that ldmatrix, the dequantizer's 16-byte accesses and the
 // copies hit distinct bank groups; the address helpers keep the swizzle to a few registers.
 #pragma once
@@ -14,7 +14,7 @@
 
 namespace swa_decode::portable {
 
-inline constexpr int kChunkBytes = 16;  // one cp.async / ldmatrix row / bf16x8
+inline constexpr int kChunkBytes = 16;  // one cp.async / ldmatrix row / 8 f16
 
 // Byte offset of 16-byte chunk `chunk` of key row `key` in SmemPlan::kv. XOR-ing the chunk's low 3
 // bits with the row makes the 8 rows an ldmatrix reads land in 8 different bank groups.
@@ -111,7 +111,7 @@ __device__ __forceinline__ void issue_tile_copy(const DecodeParams& p, const int
   ptx::cp_async_commit();
 }
 
-// e4m3 staging rows -> bf16 tile, dims permuted per 32-dim group (src/common/dim_permutation.cuh).
+// e4m3 staging rows -> f16 tile (exact, src/kernels/portable/q_f16.cuh says why f16), dims permuted per 32-dim group (src/common/dim_permutation.cuh).
 // Lane l takes row l, warp w the 32-dim groups w, w + kWarps, ...: with both buffers swizzled, each
 // quarter-warp's 16-byte loads and stores touch 8 different bank groups (no conflicts), and since
 // a group index only moves bits above the swizzle's, all addresses are a few registers + immediates.
@@ -120,7 +120,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* staging, uint8_t*
   constexpr int kGroupsPerRow = kHeadDim / kDimGroup;  // 16
   static_assert(kWarps == 4 || kWarps == 8, "group steps of 4 or 8 leave the low 3 chunk bits alone");
   const int x = lane & 7;
-  // Raw chunks 2g and 2g + 1 of row `lane`; bf16 chunks 4g + a.
+  // Raw chunks 2g and 2g + 1 of row `lane`; f16 chunks 4g + a.
   const uint8_t* src_lo = staging + lane * kHeadDim + (((2 * warp) ^ x) * kChunkBytes);
   const uint8_t* src_hi = staging + lane * kHeadDim + (((2 * warp) ^ x ^ 1) * kChunkBytes);
   uint8_t* dst = kv_bytes + lane * (kHeadDim * 2);
@@ -136,8 +136,8 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* staging, uint8_t*
       uint32_t pairs01, pairs23;
       gather_logical_chunk_e4m3(words, a, pairs01, pairs23);
       uint4 chunk;
-      e4m3x4_to_bf16x4(pairs01, chunk.x, chunk.y);
-      e4m3x4_to_bf16x4(pairs23, chunk.z, chunk.w);
+      e4m3x4_to_f16x4(pairs01, chunk.x, chunk.y);
+      e4m3x4_to_f16x4(pairs23, chunk.z, chunk.w);
       // == kv_chunk_offset(lane, 4 (warp + step) + a): 4 step and a miss the swizzled bits' overlap
       *reinterpret_cast<uint4*>(dst + (((dst_chunk ^ a) + 4 * step) * kChunkBytes)) = chunk;
     }
