@@ -37,6 +37,7 @@ struct SmemPlan {
   alignas(128) uint16_t kv[kKeysPerTile][kHeadDim];              // f16, swizzled, dim-permuted
   alignas(16) uint4 q_frags[kWarps][kDimsPerWarp / 16][32];      // [warp][k-step][lane]: A fragments
   alignas(16) GroupExchange exchange[kHeadGroups];
+  float sinks[kHeadGroups * kHeadsPerGroup];  // read at the start, used at the end
   int warp_counts[kWarps];
 };
 
@@ -85,6 +86,12 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
     }
   }
 
+  // Sinks are fetched now and parked in shared memory by the group's first warp (the group
+  // barriers before the epilogue publish them), so the epilogue does not wait on a global load.
+  if (quarter == 0 && lane < kHeadsPerGroup) {
+    const int head = head_base + lane;
+    smem.sinks[group * kHeadsPerGroup + lane] = p.attn_sink != nullptr && head < p.num_heads ? p.attn_sink[head] : -INFINITY;
+  }
   const int num_valid = compact_window<kThreads>(
       p, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
 
@@ -99,19 +106,23 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
     }
     group_barrier(group);
     float q_scale[2];
+    bool scaled = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float4 m = *reinterpret_cast<const float4*>(&ex.row_max[frag_row + 8 * h][0]);
       const int k = q_scale_exponent(fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w)));
+      scaled = scaled || k != 0;
       q_scale[h] = exp2_int(k);
       row_logit[h] = p.scale * kLog2e * exp2_int(-k);
     }
+    scaled = __any_sync(0xFFFFFFFFu, scaled);
     // Parked in shared memory as A fragments in register order: each lane later reloads its own
     // 16 bytes per k-step, so no barrier is needed between these stores and those loads.
 #pragma unroll
     for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
       const QFragmentPair pair =
-          q_words_to_fragments(bf16x8_to_scaled_f16x8(q_lo[c], q_scale[0]), bf16x8_to_scaled_f16x8(q_hi[c], q_scale[1]));
+          scaled ? q_words_to_fragments(bf16x8_to_scaled_f16x8(q_lo[c], q_scale[0]), bf16x8_to_scaled_f16x8(q_hi[c], q_scale[1]))
+                 : q_words_to_fragments(bf16x8_to_f16x8(q_lo[c]), bf16x8_to_f16x8(q_hi[c]));
       smem.q_frags[warp][2 * c][lane] = make_uint4(pair.kstep0[0], pair.kstep0[1], pair.kstep0[2], pair.kstep0[3]);
       smem.q_frags[warp][2 * c + 1][lane] = make_uint4(pair.kstep1[0], pair.kstep1[1], pair.kstep1[2], pair.kstep1[3]);
     }
@@ -206,8 +217,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
   for (int h = 0; h < 2; ++h) {
     const int head = h == 0 ? head_lo : head_hi;
     if (head >= p.num_heads) continue;
-    const float sink = p.attn_sink != nullptr ? p.attn_sink[head] : -INFINITY;
-    const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], sink);
+    const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], smem.sinks[group * kHeadsPerGroup + head - head_base]);
     const float out_factor = fin.out_factor * value_norm;
     if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[token * p.stride_lse_token + head] = fin.lse;
     __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;

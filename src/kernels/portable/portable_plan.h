@@ -24,10 +24,11 @@ static_assert(2 * kWarpsPerGroup * 16 * 32 * 4 <= kStageBytes, "two groups' part
 // Row maxima and bf16 probabilities a group's warps swap each tile (group_softmax.cuh).
 inline constexpr int kGroupExchangeBytes = 16 * kWarpsPerGroup * 4 + kWarpsPerGroup * 32 * 8;
 
-// Fixed part: the bf16 tile, q's fragments, the group exchanges and the compaction's warp counts.
+// Fixed part: the f16 tile, and per group q's fragments, the exchange and the sinks; the
+// compaction's warp counts.
 constexpr int fixed_smem_bytes(int head_groups) {
   const int tile = kKeysPerTile * kHeadDim * 2;
-  const int q = head_groups * (kQBytesPerGroup + kGroupExchangeBytes);
+  const int q = head_groups * (kQBytesPerGroup + kGroupExchangeBytes + kHeadsPerGroup * 4);
   const int warp_counts = head_groups * kWarpsPerGroup * 4;
   return (tile + q + warp_counts + 127) / 128 * 128;
 }
