@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "src/reference/reference.h"
 #include "testing/host_numerics.h"
 
 namespace swa_decode::testing {
@@ -206,7 +207,8 @@ HostBatch make_batch(const BatchOptions& raw_options) {
   b.live_rows.resize(n_live * o.head_dim);
   b.live_scales.resize(n_live);
   for (int64_t i = 0; i < n_live; ++i) {
-    const double inv_scale = std::exp(std::log(8e-3) + rng.uniform() * (std::log(4e-2) - std::log(8e-3)));
+    const double inv_scale = o.inv_scale_magnitude *
+                             std::exp(std::log(8e-3) + rng.uniform() * (std::log(4e-2) - std::log(8e-3)));
     b.live_scales[i] = o.inv_scale_dtype == DType::kBFloat16 ? round_to_bf16(static_cast<float>(inv_scale))
                                                               : static_cast<float>(inv_scale);
     uint8_t* codes = &b.live_rows[i * o.head_dim];
@@ -222,9 +224,14 @@ HostBatch make_batch(const BatchOptions& raw_options) {
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < o.num_heads; ++h) {
       uint16_t* q_row = &b.q[t * o.q_token_stride + h * o.q_head_stride];
+      const double magnitude = o.q_magnitudes.empty() ? 1.0 : o.q_magnitudes[h % o.q_magnitudes.size()];
       for (int64_t d = 0; d < o.head_dim; d += 4) {
         const uint64_t bits = rng.next_u64();
-        for (int64_t k = 0; k < 4 && d + k < o.head_dim; ++k) q_row[d + k] = bf16_table[(bits >> (16 * k)) & 0xFFFF];
+        for (int64_t k = 0; k < 4 && d + k < o.head_dim; ++k) {
+          const uint16_t code = bf16_table[(bits >> (16 * k)) & 0xFFFF];
+          q_row[d + k] = magnitude == 1.0 ? code
+                                          : float_to_bf16_bits(static_cast<float>(reference::bf16_to_float(code) * magnitude));
+        }
       }
     }
   }

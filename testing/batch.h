@@ -42,6 +42,10 @@ struct BatchOptions {
   bool with_lse = true;
   bool with_sink = false;          // random finite sinks in [-2, 6] unless `sinks` is given
   std::vector<float> sinks;        // [num_heads] explicit sink logits (may hold +-inf)
+  // Multipliers of q (cycled over heads) and of every inv_scale: powers of two keep the bf16 values
+  // exact and push q and the scales across the range the f16 tensor-core path has to rescale.
+  std::vector<double> q_magnitudes;  // empty = 1
+  double inv_scale_magnitude = 1.0;
 
   std::vector<int64_t> context_lens;  // per-token context length (>= 1); empty = random
   std::vector<int64_t> lens;          // per-token value written to lens; empty = min(context, W)

@@ -174,6 +174,21 @@ TEST_F(GpuDecode, SinksInfiniteAndFinite) {
   expect_matches_reference(o);
 }
 
+// q from 2^-30 to 2^24 (per head, so rows of one mma take different power-of-two scales into
+// f16) and inv_scale from 2^-20 to 2^12: the portable kernel's f16 path must rescale all of them
+// exactly. The scale keeps the largest heads' scores at a few units.
+TEST_F(GpuDecode, MagnitudesAcrossTheF16Range) {
+  for (const double inv_scale_magnitude : {0x1p-20, 0x1p12}) {
+    st::BatchOptions o = edge_options(16, 32, 95);
+    o.q_magnitudes = {0x1p-30, 0x1p-3, 1.0, 0x1p12, 0x1p24, 0x1p-14};
+    o.inv_scale_magnitude = inv_scale_magnitude;
+    o.inv_scale_dtype = DType::kFloat32;
+    o.scale = static_cast<float>(0x1p-24 / std::sqrt(512.0) / inv_scale_magnitude);
+    o.with_sink = true;
+    expect_matches_reference(o);
+  }
+}
+
 TEST_F(GpuDecode, NoSinkNoLse) {
   st::BatchOptions o = edge_options(16, 32, 91);
   o.with_sink = false;
