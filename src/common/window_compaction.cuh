@@ -33,39 +33,56 @@ __device__ __forceinline__ float load_inv_scale(const DecodeParams& p, int64_t s
 // Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
 // exactly those threads. s_warp_counts needs kThreads / 32 ints. On return every entry written is
 // visible to all participating threads (the last write is followed by `sync`).
+// Fewer than 128 threads take several columns each per pass, and issue all of a pass's index loads,
+// then all of its scale loads, before using any: a single warp compacts a 128-entry window in three
+// dependent global round trips (length, indices, scales) instead of nine.
 template <int kThreads, typename Sync>
 __device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sync, int64_t* s_row_offset,
                               float* s_inv_scale, int* s_warp_counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
   constexpr int kWarps = kThreads / 32;
+  constexpr int kColumnsPerThread = kThreads >= 128 ? 1 : 128 / kThreads;
   const int lane = tid % 32;
   const int warp = tid / 32;
   const int columns = columns_in_window(load_token_length(p, token), p.window_size);
 
   int num_valid = 0;
-  for (int base = 0; base < columns; base += kThreads) {
-    const int column = base + tid;
-    int64_t slot = -1;
-    if (column < columns) slot = load_slot_id(p, token, column);
-    const bool valid = column < columns && slot_is_valid(slot, p.num_slots);
-    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, valid);
-    if (lane == 0) s_warp_counts[warp] = __popc(ballot);
-    sync();
-    int before = num_valid;
-    int chunk_total = 0;
+  for (int base = 0; base < columns; base += kThreads * kColumnsPerThread) {
+    int64_t slot[kColumnsPerThread];
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int count = s_warp_counts[w];
-      before += (w < warp) ? count : 0;
-      chunk_total += count;
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = base + k * kThreads + tid;
+      slot[k] = column < columns ? load_slot_id(p, token, column) : -1;
     }
-    if (valid) {
-      const int entry = before + __popc(ballot & ((1u << lane) - 1u));
-      s_row_offset[entry] = (slot / p.block_size) * p.stride_kv_block + (slot % p.block_size) * p.stride_kv_token;
-      s_inv_scale[entry] = load_inv_scale(p, slot);
+    bool valid[kColumnsPerThread];
+    float scale[kColumnsPerThread];
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      valid[k] = base + k * kThreads + tid < columns && slot_is_valid(slot[k], p.num_slots);
+      scale[k] = valid[k] ? load_inv_scale(p, slot[k]) : 0.0f;
     }
-    num_valid += chunk_total;
-    sync();  // s_warp_counts is rewritten by the next chunk
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, valid[k]);
+      if (lane == 0) s_warp_counts[warp] = __popc(ballot);
+      sync();
+      int before = num_valid;
+      int chunk_total = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const int count = s_warp_counts[w];
+        before += (w < warp) ? count : 0;
+        chunk_total += count;
+      }
+      if (valid[k]) {
+        const int entry = before + __popc(ballot & ((1u << lane) - 1u));
+        s_row_offset[entry] =
+            (slot[k] / p.block_size) * p.stride_kv_block + (slot[k] % p.block_size) * p.stride_kv_token;
+        s_inv_scale[entry] = scale[k];
+      }
+      num_valid += chunk_total;
+      sync();  // s_warp_counts is rewritten by the next chunk
+    }
   }
   return num_valid;
 }

@@ -66,6 +66,9 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
   const int head_lo = role.slab * kSlabHeads + warp * 16 + frag_row;
   const int head_hi = head_lo + 8;
   const float logit_scale = p.scale * kLog2e;
+  // Loaded once, not per token (ncu, v4: 1.3% of consumer time waited on this load).
+  const float sink_lo = p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY;
+  const float sink_hi = p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY;
 
   if (wtid == 0) {
     for (int c = 0; c < kQStages; ++c) issue_q_chunk(p, q_map, smem, role, c);
@@ -148,8 +151,8 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       row_sum[h] = quad_sum(row_sum[h]);
     }
     FinalizedRow fin[2];
-    fin[0] = finalize_row(row_max[0], row_sum[0], p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY);
-    fin[1] = finalize_row(row_max[1], row_sum[1], p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY);
+    fin[0] = finalize_row(row_max[0], row_sum[0], sink_lo);
+    fin[1] = finalize_row(row_max[1], row_sum[1], sink_hi);
     if (role.writes_lse && p.lse != nullptr && frag_quad == 0) {
       if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
       if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;
