@@ -44,10 +44,17 @@ struct SmemPlan {
 static_assert(sizeof(SmemPlan<1>) <= fixed_smem_bytes(1) && sizeof(SmemPlan<2>) <= fixed_smem_bytes(2),
               "portable_plan.h must cover the fixed shared-memory plan");
 
-// Two CTAs per SM (portable_plan.h sizes shared memory for that): at two head groups (256 threads)
-// that caps a thread at 128 registers; one group (128 threads) has registers to spare.
+// Two CTAs per SM on sm_90 (portable_plan.h sizes shared memory for that): at two head groups
+// (256 threads) that caps a thread at 128 registers, which the kernel fits without spilling there.
+// sm_80/86/89/120 have too little shared memory for two CTAs anyway; sm_100 could hold two, but
+// its ptxas spills at 128 registers and it is compile-only here, so it keeps one until measured.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+inline constexpr int kPortableMinCtasPerSm = 2;
+#else
+inline constexpr int kPortableMinCtasPerSm = 1;
+#endif
 template <int kHeadGroups>
-__global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, 2)
+__global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMinCtasPerSm)
     decode_portable_kernel(const __grid_constant__ DecodeParams p, int num_stages) {
   constexpr int kThreads = kHeadGroups * kWarpsPerGroup * 32;
   using Smem = SmemPlan<kHeadGroups>;
