@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       const uint32_t q_frag[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
       for (int n = 0; n < kKeysPerTile / 8; n += 2) {
-        // == kv_base + kv_chunk_offset(8 (n + matrix / 2) + lane % 8, quarter * 16 + 2 ks + matrix % 2)
+        // == kv_base + kv_offset(8 (n + matrix / 2) + lane % 8, quarter * 16 + 2 ks + matrix % 2)
         const uint32_t addr = qk_rows.addr[ks & 3] + (ks >> 2) * 8 * kChunkBytes + n * 8 * (kHeadDim * 2);
         uint32_t b0, b1, b2, b3;
         ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     for (int ks = 0; ks < kKeysPerTile / 16; ++ks) {
 #pragma unroll
       for (int n = 0; n < kDimsPerWarp / 8; n += 2) {
-        // == kv_base + kv_chunk_offset(16 ks + 8 (matrix % 2) + lane % 8, quarter * 16 + n + matrix / 2)
+        // == kv_base + kv_offset(16 ks + 8 (matrix % 2) + lane % 8, quarter * 16 + n + matrix / 2)
         const uint32_t addr = pv_rows.addr[(n / 2) & 3] + (n / 8) * 8 * kChunkBytes + ks * 16 * (kHeadDim * 2);
         uint32_t b0, b1, b2, b3;
         ptx::ldmatrix_x4_trans(addr, b0, b1, b2, b3);

@@ -16,11 +16,10 @@ namespace swa_decode::portable {
 
 inline constexpr int kChunkBytes = 16;  // one cp.async / ldmatrix row / 8 f16
 
-// Byte offset of 16-byte chunk `chunk` of key row `key` in SmemPlan::kv. XOR-ing the chunk's low 3
-// bits with the row makes the 8 rows an ldmatrix reads land in 8 different bank groups.
-__device__ __forceinline__ uint32_t kv_chunk_offset(int key, int chunk) {
-  return static_cast<uint32_t>(key * (kHeadDim * 2) + ((chunk ^ (key & 7)) * kChunkBytes));
-}
+// Layout of the f16 tile (SmemPlan::kv): 16-byte chunk c of key row k lives at byte
+//   kv_offset(k, c) = k * 1024 + (c ^ (k & 7)) * 16.
+// XOR-ing the chunk's low 3 bits with the row makes the 8 rows an ldmatrix reads land in 8
+// different bank groups. The helpers below compute it as registers plus immediates.
 
 // ldmatrix addresses. Every row a lane addresses has row & 7 == lane & 7 (rows step by 8), so
 // chunk ^ (row & 7) splits into a lane constant (bit 0 and the quarter's 16-chunk block), a term in
@@ -138,7 +137,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* staging, uint8_t*
       uint4 chunk;
       e4m3x4_to_f16x4(pairs01, chunk.x, chunk.y);
       e4m3x4_to_f16x4(pairs23, chunk.z, chunk.w);
-      // == kv_chunk_offset(lane, 4 (warp + step) + a): 4 step and a miss the swizzled bits' overlap
+      // == kv_offset(lane, 4 (warp + step) + a): 4 step and a miss the swizzled bits' overlap
       *reinterpret_cast<uint4*>(dst + (((dst_chunk ^ a) + 4 * step) * kChunkBytes)) = chunk;
     }
   }
