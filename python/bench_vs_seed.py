@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 
 import torch
 
@@ -122,6 +124,17 @@ def graph_of(fn):
     return graph.replay
 
 
+def source_commit() -> str:
+    """The tree's commit: $SWA_DECODE_COMMIT where the tree has no .git (the device copy), else git."""
+    if os.environ.get("SWA_DECODE_COMMIT"):
+        return os.environ["SWA_DECODE_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 128, 512])
@@ -153,7 +166,8 @@ def main() -> None:
               f"{seed_us / graph_us:>15.1f}x {rel_l2:>15.2e}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "commit": source_commit(), "rows": rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":
