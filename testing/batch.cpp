@@ -345,39 +345,54 @@ HostTensors materialize_host(const HostBatch& batch) {
   return h;
 }
 
-DecodeArgs host_args(const HostBatch& batch, HostTensors& tensors) {
+DecodeArgs batch_args(const HostBatch& batch, const TensorPointers& at, int64_t num_tokens, Backend backend,
+                      CUstream_st* stream) {
   return DecodeArgs{
-      .num_tokens = batch.num_tokens,
+      .num_tokens = num_tokens,
       .num_heads = batch.num_heads,
       .head_dim = batch.head_dim,
       .num_blocks = batch.num_blocks,
       .block_size = batch.block_size,
       .window_size = batch.window_size,
       .scale = batch.scale,
-      .q = batch.q.data(),
+      .q = at.q,
       .stride_q_token = batch.q_token_stride,
       .stride_q_head = batch.q_head_stride,
-      .kv_cache = tensors.kv_cache.data(),
+      .kv_cache = at.kv_cache,
       .stride_kv_block = batch.block_size * batch.kv_row_stride,
       .stride_kv_token = batch.kv_row_stride,
-      .inv_scale = tensors.inv_scale.data(),
+      .inv_scale = at.inv_scale,
       .inv_scale_dtype = batch.options.inv_scale_dtype,
       .num_scales = batch.num_slots,
-      .indices = tensors.indices.data(),
+      .indices = at.indices,
       .index_dtype = batch.options.index_dtype,
       .index_cols = batch.index_cols,
       .stride_indices_token = batch.index_stride,
-      .lens = tensors.lens.data(),
+      .lens = at.lens,
       .lens_dtype = batch.options.lens_dtype,
-      .attn_sink = batch.sinks.empty() ? nullptr : batch.sinks.data(),
-      .lse = tensors.lse.empty() ? nullptr : tensors.lse.data(),
+      .attn_sink = at.attn_sink,
+      .lse = at.lse,
       .stride_lse_token = batch.lse_token_stride,
-      .out = tensors.out.data(),
+      .out = at.out,
       .stride_out_token = batch.out_token_stride,
       .stride_out_head = batch.out_head_stride,
-      .backend = Backend::kCpu,
-      .stream = nullptr,
+      .backend = backend,
+      .stream = stream,
   };
+}
+
+DecodeArgs host_args(const HostBatch& batch, HostTensors& tensors) {
+  const TensorPointers at{
+      .q = batch.q.data(),
+      .kv_cache = tensors.kv_cache.data(),
+      .inv_scale = tensors.inv_scale.data(),
+      .indices = tensors.indices.data(),
+      .lens = tensors.lens.data(),
+      .attn_sink = batch.sinks.empty() ? nullptr : batch.sinks.data(),
+      .lse = tensors.lse.empty() ? nullptr : tensors.lse.data(),
+      .out = tensors.out.data(),
+  };
+  return batch_args(batch, at, batch.num_tokens, Backend::kCpu, nullptr);
 }
 
 }  // namespace swa_decode::testing

@@ -110,6 +110,22 @@ struct HostTensors {
 HostTensors materialize_host(const HostBatch& batch);
 DecodeArgs host_args(const HostBatch& batch, HostTensors& tensors);  // Backend::kCpu
 
+// Where a batch's tensors live (host or device), each pointing at the first token run.
+struct TensorPointers {
+  const void* q;
+  const void* kv_cache;
+  const void* inv_scale;
+  const void* indices;
+  const void* lens;
+  const float* attn_sink;  // nullptr: no sink
+  float* lse;              // nullptr: no LSE
+  void* out;
+};
+// DecodeArgs for `num_tokens` tokens of `batch` at `at`: the shapes, strides and dtypes come from
+// the batch in one place for the host and the device paths.
+DecodeArgs batch_args(const HostBatch& batch, const TensorPointers& at, int64_t num_tokens, Backend backend,
+                      CUstream_st* stream);
+
 // Typed copies (the dtype the options ask for) of values kept as int64 / float in HostBatch.
 std::vector<uint8_t> encode_ints(const std::vector<int64_t>& values, DType dtype);
 std::vector<uint8_t> dense_inv_scale(const HostBatch& batch);  // [num_slots], NaN where not live

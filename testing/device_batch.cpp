@@ -67,38 +67,17 @@ DecodeArgs device_args(const HostBatch& batch, const DeviceBatch& device, int64_
                        int64_t token_count, cudaStream_t stream) {
   const int64_t index_bytes = batch.index_bytes();
   const int64_t lens_bytes = batch.options.lens_dtype == DType::kInt32 ? 4 : 8;
-  return DecodeArgs{
-      .num_tokens = token_count,
-      .num_heads = batch.num_heads,
-      .head_dim = batch.head_dim,
-      .num_blocks = batch.num_blocks,
-      .block_size = batch.block_size,
-      .window_size = batch.window_size,
-      .scale = batch.scale,
+  const TensorPointers at{
       .q = device.q.as<uint16_t>() + token_begin * batch.q_token_stride,
-      .stride_q_token = batch.q_token_stride,
-      .stride_q_head = batch.q_head_stride,
       .kv_cache = device.kv_cache.get(),
-      .stride_kv_block = batch.block_size * batch.kv_row_stride,
-      .stride_kv_token = batch.kv_row_stride,
       .inv_scale = device.inv_scale.get(),
-      .inv_scale_dtype = batch.options.inv_scale_dtype,
-      .num_scales = batch.num_slots,
       .indices = device.indices.as<uint8_t>() + token_begin * batch.index_stride * index_bytes,
-      .index_dtype = batch.options.index_dtype,
-      .index_cols = batch.index_cols,
-      .stride_indices_token = batch.index_stride,
       .lens = device.lens.as<uint8_t>() + token_begin * lens_bytes,
-      .lens_dtype = batch.options.lens_dtype,
       .attn_sink = device.sinks.empty() ? nullptr : device.sinks.as<float>(),
       .lse = device.lse.empty() ? nullptr : device.lse.as<float>() + token_begin * batch.lse_token_stride,
-      .stride_lse_token = batch.lse_token_stride,
       .out = device.out.as<uint16_t>() + token_begin * batch.out_token_stride,
-      .stride_out_token = batch.out_token_stride,
-      .stride_out_head = batch.out_head_stride,
-      .backend = Backend::kCuda,
-      .stream = stream,
   };
+  return batch_args(batch, at, token_count, Backend::kCuda, stream);
 }
 
 void poison_outputs(DeviceBatch& device, cudaStream_t stream) {
