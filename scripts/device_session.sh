@@ -4,7 +4,7 @@
 # device call does the whole round. Binaries come prebuilt in BUILD_DIR (built here with
 # -DSWA_DECODE_PORTABLE_ARCHS=90) or are built there when absent.
 # Run it once per device call: each run empties $OUT/logs and rewrites $OUT/logs.tar.gz.
-# usage: scripts/device_session.sh BUILD_DIR [tests|sanitize|bench|ncu|python]...
+# usage: scripts/device_session.sh BUILD_DIR [tests|sanitize|bench|ab|ncu|python|python-source]...
 #        (default: tests sanitize bench). python installs the wheel found in $WHEEL_DIR (built on the
 #        developer machine for the device's Python) and runs pytest plus python/bench_vs_seed.py.
 set -uo pipefail
@@ -31,7 +31,7 @@ for step in $steps; do
     tests)
       for kernel in ${TEST_KERNELS:-auto portable sm90}; do
         start=$SECONDS
-        SWA_DECODE_TEST_KERNEL=$kernel timeout 120 "$tests" --gtest_brief=1 > "$logs/tests_$kernel.log" 2>&1
+        SWA_DECODE_TEST_KERNEL=$kernel timeout ${TESTS_TIMEOUT:-300} "$tests" --gtest_brief=1 > "$logs/tests_$kernel.log" 2>&1
         echo "tests[$kernel]: rc=$? ($((SECONDS - start)) s) $(grep -E '^\[  (PASSED|FAILED)' "$logs/tests_$kernel.log" | tr '\n' ' ')" | tee -a "$summary"
       done
       ;;
@@ -61,6 +61,23 @@ for step in $steps; do
         timeout 200 "$cli" bench --heads "$heads" --kernel "${BENCH_KERNEL:-all}" --json "$out/bench_h$heads.json" > "$logs/bench_h$heads.log" 2>&1
         echo "bench[H=$heads]: rc=$? ($((SECONDS - start)) s)" | tee -a "$summary"
         grep -E '^ +[0-9]+ +[0-9]+ ' "$logs/bench_h$heads.log" | tee -a "$summary"
+      done
+      ;;
+    ab)
+      # A/B of prebuilt CLIs (AB_CLIS, e.g. a baseline and a candidate) in one session, AB_ROUNDS
+      # rounds in alternating order so that drift of the card's clocks hits both alike.
+      for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+        clis=${AB_CLIS:?AB_CLIS names the CLIs to compare}
+        (( round % 2 == 0 )) && clis=$(echo "$clis" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for ab_cli in $clis; do
+          for heads in ${BENCH_HEADS:-128 64 16}; do
+            name="ab_$(basename "$ab_cli")_h${heads}_r$round"
+            timeout 200 "$ab_cli" bench --heads "$heads" --kernel "${BENCH_KERNEL:-portable}" --tokens "${AB_TOKENS:-128,512,2048}" \
+              --json "$out/$name.json" > "$logs/$name.log" 2>&1
+            echo "$name: rc=$?" | tee -a "$summary"
+            grep -E '^ +[0-9]+ +[0-9]+ ' "$logs/$name.log" | tee -a "$summary"
+          done
+        done
       done
       ;;
     ncu)

@@ -254,6 +254,17 @@ TEST_F(GpuDecode, TokenCounts) {
   }
 }
 
+// Head counts whose last block of 32 heads is partly empty (80, 112), with every edge case mixed in.
+TEST_F(GpuDecode, PartlyEmptyLastHeadBlock) {
+  for (int64_t heads : {112, 80}) {
+    st::BatchOptions o = edge_options(64, heads, 500 + heads);
+    o.hole_fraction = 0.1;
+    o.duplicate_fraction = 0.05;
+    o.all_invalid_fraction = 0.02;
+    expect_matches_reference(o);
+  }
+}
+
 TEST_F(GpuDecode, ZeroTokensIsANoOp) {
   const st::HostBatch batch = st::make_batch(edge_options(1, 16, 400));
   st::DeviceBatch device = st::upload_batch(batch);
