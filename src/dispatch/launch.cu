@@ -18,8 +18,9 @@ Status cuda_status(cudaError_t err, const char* what) {
 cudaError_t launch_choice(const DecodeParams& params, const KernelChoice& choice, cudaStream_t stream) {
   switch (choice.id) {
     case KernelId::kPortableMma:
-      return choice.head_groups_per_cta == 2 ? launch_portable_decode<2>(params, choice.num_stages, stream)
-                                             : launch_portable_decode<1>(params, choice.num_stages, stream);
+      return choice.head_groups_per_cta == 2
+                 ? launch_portable_decode<2>(params, choice.num_stages, choice.window_splits, stream)
+                 : launch_portable_decode<1>(params, choice.num_stages, choice.window_splits, stream);
 #if defined(SWA_DECODE_HAS_SM90)
     case KernelId::kSm90Wgmma:
       return launch_sm90_decode(params, choice.persistent_ctas, stream);

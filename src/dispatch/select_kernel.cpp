@@ -116,7 +116,11 @@ KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, K
                        " bytes of shared memory per block at window_size " + std::to_string(window) +
                        ", device allows " + std::to_string(device.smem_optin_bytes));
   }
-  choice.name = "portable_mma_g" + std::to_string(choice.head_groups_per_cta);
+  const int64_t heads_per_cta = 16 * static_cast<int64_t>(head_groups);
+  choice.window_splits = portable::choose_window_splits(
+      shape.num_tokens * ((shape.num_heads + heads_per_cta - 1) / heads_per_cta), window, device.num_sms, device.cc_major);
+  choice.name = "portable_mma_g" + std::to_string(choice.head_groups_per_cta) +
+                (choice.window_splits > 1 ? "_split" + std::to_string(choice.window_splits) : "");
   return choice;
 }
 

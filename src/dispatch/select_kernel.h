@@ -35,6 +35,7 @@ struct KernelChoice {
   KernelId id = KernelId::kNone;
   int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (portable kernel)
   int32_t num_stages = 0;           // staging buffers of 32 cache rows (portable kernel)
+  int32_t window_splits = 0;        // CTAs (one cluster) sharing each window (portable kernel, sm_90+)
   int32_t persistent_ctas = 0;      // CTAs of a persistent kernel (sm90: one per SM)
   std::string name;                 // stable, printed by the bench and query_support
   std::string why_not;              // set when id == kNone

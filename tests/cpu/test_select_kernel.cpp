@@ -108,12 +108,40 @@ TEST(SelectKernel, PortableStagingRingFitsTheDevice) {
   }
 }
 
+TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
+  const auto portable = [](int64_t tokens, int64_t heads, int64_t window, const DeviceInfo& device) {
+    return select_kernel(shape(tokens, heads, 512, window), device, KernelId::kPortableMma);
+  };
+  // A window splits 4 ways when the split grid stays within a quarter of the SMs (33 of 132).
+  EXPECT_EQ(portable(1, 128, 128, kH200).window_splits, 4);  // 8 one-group CTAs -> 32
+  EXPECT_EQ(portable(1, 128, 128, kH200).name, "portable_mma_g1_split4");
+  EXPECT_EQ(portable(8, 16, 128, kH200).window_splits, 4);   // 8 CTAs
+  EXPECT_EQ(portable(9, 16, 128, kH200).window_splits, 1);   // 9 CTAs
+  EXPECT_EQ(portable(2, 64, 128, kH200).window_splits, 4);
+  EXPECT_EQ(portable(8, 128, 128, kH200).window_splits, 1);  // 64 CTAs
+  EXPECT_EQ(portable(8, 128, 128, kH200).name, "portable_mma_g1");
+  EXPECT_EQ(portable(1, 128, 96, kH200).window_splits, 1);   // fewer than 4 tiles of 32 keys
+  EXPECT_EQ(portable(1, 16, 1024, kH200).window_splits, 4);
+  // Clusters need sm_90: Ampere never splits.
+  for (int64_t tokens : {1, 2, 8}) EXPECT_EQ(portable(tokens, 16, 128, kA100).window_splits, 1);
+  for (int64_t tokens : {1, 2, 5, 16, 33, 100, 1000}) {
+    for (int64_t heads : {1, 16, 64, 128}) {
+      const KernelChoice choice = portable(tokens, heads, 128, kH200);
+      const int64_t heads_per_cta = 16 * choice.head_groups_per_cta;
+      const int64_t ctas = tokens * ((heads + heads_per_cta - 1) / heads_per_cta);
+      EXPECT_TRUE(choice.window_splits == 1 || (choice.window_splits == 4 && ctas * 4 <= kH200.num_sms / 4))
+          << tokens << " tokens, " << heads << " heads";
+    }
+  }
+}
+
 TEST(SelectKernel, SelectionIsPure) {
   const KernelChoice a = select_kernel(shape(32, 64), kH200);
   const KernelChoice b = select_kernel(shape(32, 64), kH200);
   EXPECT_EQ(a.id, b.id);
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.head_groups_per_cta, b.head_groups_per_cta);
+  EXPECT_EQ(a.window_splits, b.window_splits);
 }
 
 TEST(SelectKernel, UnsupportedShapesSayWhy) {

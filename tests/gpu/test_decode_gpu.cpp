@@ -265,6 +265,33 @@ TEST_F(GpuDecode, PartlyEmptyLastHeadBlock) {
   }
 }
 
+// Batches small enough that on sm_90 the portable kernel splits each window over a cluster of 4
+// CTAs (portable_plan.h, choose_window_splits: at most 8 CTAs before the split on 132 SMs), with
+// lengths that leave some of the 4 CTAs without a tile (0, 1, 31, 33, 97) and every other edge case.
+TEST_F(GpuDecode, SmallBatchesSplittingTheWindow) {
+  struct Case {
+    int64_t heads;
+    std::vector<int64_t> lens;
+  };
+  const Case cases[] = {{128, {97}}, {64, {33, 128}}, {16, {0, 1, 31, 33, 97, 127, 128, 129}}, {1, {128, 5, 64, 96}}};
+  for (const Case& c : cases) {
+    st::BatchOptions o = edge_options(static_cast<int64_t>(c.lens.size()), c.heads, 600 + c.heads);
+    o.lens = c.lens;
+    for (int64_t len : c.lens) o.context_lens.push_back(std::max<int64_t>(len, 1) + 500);
+    o.hole_fraction = 0.1;
+    o.duplicate_fraction = 0.1;
+    o.out_of_range_fraction = 0.05;
+    expect_matches_reference(o);
+  }
+  for (int64_t window : {256, 1024}) {  // several tiles per CTA of the cluster
+    st::BatchOptions o = edge_options(2, 16, 700 + window);
+    o.window_size = window;
+    o.index_cols = window + 8;
+    o.hole_fraction = 0.05;
+    expect_matches_reference(o);
+  }
+}
+
 TEST_F(GpuDecode, ZeroTokensIsANoOp) {
   const st::HostBatch batch = st::make_batch(edge_options(1, 16, 400));
   st::DeviceBatch device = st::upload_batch(batch);

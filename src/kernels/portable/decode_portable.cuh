@@ -24,6 +24,7 @@
 #include "src/kernels/portable/group_softmax.cuh"
 #include "src/kernels/portable/q_f16.cuh"
 #include "src/kernels/portable/tile_staging.cuh"
+#include "src/kernels/portable/window_split_combine.cuh"
 
 namespace swa_decode::portable {
 
@@ -53,7 +54,9 @@ inline constexpr int kPortableMinCtasPerSm = 2;
 #else
 inline constexpr int kPortableMinCtasPerSm = 1;
 #endif
-template <int kHeadGroups>
+// kSplitWindow: the CTAs of a cluster split the window's tiles (window_split_combine.cuh); the grid's
+// x is then token * cluster size + rank.
+template <int kHeadGroups, bool kSplitWindow>
 __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMinCtasPerSm)
     decode_portable_kernel(const __grid_constant__ DecodeParams p, int num_stages) {
   constexpr int kThreads = kHeadGroups * kWarpsPerGroup * 32;
@@ -68,8 +71,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   // CTAs start in blockIdx.x-fastest order; numbering them token-major makes the head blocks of
   // one token neighbours, so their gathers of the same window rows meet in L2 instead of HBM.
   const int64_t cta = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
-  const int token = static_cast<int>(cta / gridDim.y);
-  const int head_block = static_cast<int>(cta % gridDim.y);
+  const int token = kSplitWindow ? static_cast<int>(blockIdx.x) / cluster_size() : static_cast<int>(cta / gridDim.y);
+  const int head_block = kSplitWindow ? static_cast<int>(blockIdx.y) : static_cast<int>(cta % gridDim.y);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int quarter = warp % kWarpsPerGroup;
@@ -144,6 +147,16 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
 
   const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
   const int copy_width = kv_copy_width(p);
+  // This CTA's tiles: all of them, or its rank's share of a split window.
+  int tile_begin = 0;
+  int tile_end = num_tiles;
+  if constexpr (kSplitWindow) {
+    const int per_rank = (num_tiles + cluster_size() - 1) / cluster_size();
+    tile_begin = min(cluster_rank() * per_rank, num_tiles);
+    tile_end = min(tile_begin + per_rank, num_tiles);
+  }
+  // Copies past this CTA's last tile commit empty groups (issue_tile_copy skips tiles past the window).
+  const auto copy_tile = [&](int tile) { return kSplitWindow && tile >= tile_end ? num_tiles : tile; };
 
   float o_acc[kDimsPerWarp / 8][4];
 #pragma unroll
@@ -156,19 +169,21 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       swizzled_rows(kv_base, 8 * (matrix >> 1) + (lane & 7), quarter * (kDimsPerWarp / 8) + (matrix & 1));
   const SwizzledRows pv_rows =
       swizzled_rows(kv_base, 8 * (matrix & 1) + (lane & 7), quarter * (kDimsPerWarp / 8) + (matrix >> 1));
-  for (int tile = 0; tile < num_stages - 1; ++tile) {
-    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, tile, staging + tile * kStageBytes, copy_width);
+  for (int stage = 0; stage < num_stages - 1; ++stage) {
+    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, copy_tile(tile_begin + stage), staging + stage * kStageBytes,
+                              copy_width);
   }
   // Byte offsets in the ring of this tile's stage and of the one refilled this iteration (the
   // previous tile's), stepped without a runtime modulo.
   int read_offset = 0;
   int refill_offset = (num_stages - 1) * kStageBytes;
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
     cp_async_wait_pending(num_stages - 2);
     // This tile's rows landed for all threads; every warp is done with the previous tile: its PV
     // (smem.kv) and its partial scores (in the stage refilled next).
     __syncthreads();
-    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, tile + num_stages - 1, staging + refill_offset, copy_width);
+    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, copy_tile(tile + num_stages - 1), staging + refill_offset,
+                              copy_width);
     dequantize_tile<Smem::kWarps>(staging + read_offset, reinterpret_cast<uint8_t*>(&smem.kv[0][0]), warp, lane);
     __syncthreads();
 
@@ -218,24 +233,39 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     read_offset = read_offset + kStageBytes == num_stages * kStageBytes ? 0 : read_offset + kStageBytes;
   }
 
-  // Normalize (sink, LSE) and store: four n8 blocks of a 32-dim group are 8 contiguous dims.
   combine_row_sums(smem.exchange[group], group, quarter, lane, rows);
+  if constexpr (kSplitWindow) {
+    // Every warp is done with the f16 tile, the q fragments and the exchanges: the partials go over
+    // the first two (64 KiB at two groups), the row statistics over group 0's exchange.
+    static_assert(kHeadGroups * kHeadsPerGroup * kHeadDim * 4 <= sizeof(smem.kv) + sizeof(smem.q_frags), "partials fit");
+    static_assert(kHeadGroups * kHeadsPerGroup * sizeof(float2) <= sizeof(smem.exchange[0].probs), "row stats fit");
+    uint8_t* partials = reinterpret_cast<uint8_t*>(&smem.kv[0][0]);
+    float2* row_stats = reinterpret_cast<float2*>(&smem.exchange[0].probs[0][0]);
+    __syncthreads();
+    park_split_partials(partials, row_stats, o_acc, rows, group, quarter, lane);
+    cluster_barrier();
+    combine_split_partials<kThreads, kHeadGroups * kHeadsPerGroup>(p, partials, row_stats, smem.sinks, token,
+                                                                   head_block * kHeadGroups * kHeadsPerGroup, value_norm);
+    cluster_barrier_relaxed();  // no CTA leaves while another still reads its partials
+  } else {
+    // Normalize (sink, LSE) and store: four n8 blocks of a 32-dim group are 8 contiguous dims.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int head = h == 0 ? head_lo : head_hi;
-    if (head >= p.num_heads) continue;
-    const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], smem.sinks[group * kHeadsPerGroup + head - head_base]);
-    const float out_factor = fin.out_factor * value_norm;
-    if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[token * p.stride_lse_token + head] = fin.lse;
-    __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;
+    for (int h = 0; h < 2; ++h) {
+      const int head = h == 0 ? head_lo : head_hi;
+      if (head >= p.num_heads) continue;
+      const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], smem.sinks[group * kHeadsPerGroup + head - head_base]);
+      const float out_factor = fin.out_factor * value_norm;
+      if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[token * p.stride_lse_token + head] = fin.lse;
+      __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;
 #pragma unroll
-    for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
-      uint4 v;
-      v.x = pack_bf16x2(o_acc[4 * c + 0][2 * h] * out_factor, o_acc[4 * c + 0][2 * h + 1] * out_factor);
-      v.y = pack_bf16x2(o_acc[4 * c + 1][2 * h] * out_factor, o_acc[4 * c + 1][2 * h + 1] * out_factor);
-      v.z = pack_bf16x2(o_acc[4 * c + 2][2 * h] * out_factor, o_acc[4 * c + 2][2 * h + 1] * out_factor);
-      v.w = pack_bf16x2(o_acc[4 * c + 3][2 * h] * out_factor, o_acc[4 * c + 3][2 * h + 1] * out_factor);
-      ptx::st_global_v4(out_row + c * kDimGroup, v);
+      for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
+        uint4 v;
+        v.x = pack_bf16x2(o_acc[4 * c + 0][2 * h] * out_factor, o_acc[4 * c + 0][2 * h + 1] * out_factor);
+        v.y = pack_bf16x2(o_acc[4 * c + 1][2 * h] * out_factor, o_acc[4 * c + 1][2 * h + 1] * out_factor);
+        v.z = pack_bf16x2(o_acc[4 * c + 2][2 * h] * out_factor, o_acc[4 * c + 2][2 * h + 1] * out_factor);
+        v.w = pack_bf16x2(o_acc[4 * c + 3][2 * h] * out_factor, o_acc[4 * c + 3][2 * h + 1] * out_factor);
+        ptx::st_global_v4(out_row + c * kDimGroup, v);
+      }
     }
   }
 }
@@ -249,21 +279,41 @@ int portable_smem_bytes(int num_stages, int window_size) {
   return portable::ring_plan(kHeadGroups, num_stages, window_size).total_bytes;
 }
 
-template <int kHeadGroups>
-cudaError_t launch_portable_decode(const DecodeParams& params, int num_stages, cudaStream_t stream) {
+// window_splits == 1: one CTA per (token, head block), numbered token-major by the kernel.
+// window_splits in {2, 4} (sm_90+): a cluster of that many CTAs per (token, head block).
+template <int kHeadGroups, bool kSplitWindow>
+cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
   constexpr int kThreads = kHeadGroups * portable::kWarpsPerGroup * 32;
   const int smem_bytes = portable_smem_bytes<kHeadGroups>(num_stages, params.window_size);
-  const auto kernel = portable::decode_portable_kernel<kHeadGroups>;
+  const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow>;
   // Raising the dynamic shared-memory limit is a per-function attribute, not a stream operation,
   // so it is legal while a CUDA graph is being captured; it costs well under a microsecond.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
   constexpr int kHeadsPerCta = kHeadGroups * portable::kHeadsPerGroup;
-  // x: tokens (up to 2^31 - 1), y: head blocks (up to 8); the kernel renumbers them token-major.
-  const dim3 grid(static_cast<unsigned>(params.num_tokens),
-                  static_cast<unsigned>((params.num_heads + kHeadsPerCta - 1) / kHeadsPerCta));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(params, num_stages);
-  return cudaGetLastError();
+  // x: tokens (times the splits), y: head blocks (up to 8).
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(params.num_tokens * window_splits),
+                        static_cast<unsigned>((params.num_heads + kHeadsPerCta - 1) / kHeadsPerCta));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(window_splits);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  if (kSplitWindow) {
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, params, num_stages);
+}
+
+template <int kHeadGroups>
+cudaError_t launch_portable_decode(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
+  return window_splits > 1 ? launch_portable_variant<kHeadGroups, true>(params, num_stages, window_splits, stream)
+                           : launch_portable_variant<kHeadGroups, false>(params, num_stages, 1, stream);
 }
 
 }  // namespace swa_decode

@@ -71,4 +71,16 @@ constexpr int choose_stages(int head_groups, int window_size, int64_t smem_optin
   return stages;
 }
 
+// CTAs that split each window (one thread-block cluster of 4, window_split_combine.cuh): 4 when
+// the split grid stays within a quarter of the SMs and the window has 4 tiles of 32 keys, else 1.
+// Clusters need sm_90. Measured on the H200 (docs/perf-notes.md, portable v11): splitting 8 CTAs
+// 4 ways saves 1.0-1.3 us (H = 128, T = 1: 12.6 -> 11.6 us; H = 16, T = 8: 13.0 -> 11.9 us), while
+// 32 CTAs split 4 ways and every 2-way split were slower than no split.
+inline constexpr int kMaxWindowSplits = 4;
+constexpr int choose_window_splits(int64_t ctas, int window_size, int64_t num_sms, int cc_major) {
+  const int tiles = (window_size + kKeysPerTile - 1) / kKeysPerTile;
+  if (cc_major < 9 || tiles < kMaxWindowSplits || ctas * kMaxWindowSplits > num_sms / 4) return 1;
+  return kMaxWindowSplits;
+}
+
 }  // namespace swa_decode::portable

@@ -1,0 +1,176 @@
+// Window split for small batches (sm_90+): the S CTAs of a thread-block cluster share one (token,
+// head block), each runs the online softmax over 1/S of the window's tiles, and they combine
+// through distributed shared memory, so no global scratch is needed and the run path still
+// allocates nothing.
+//
+// Why: with few tokens a CTA's serial chain (q and index loads, gathers, 4 tiles of compute, the
+// epilogue) sets the time while most SMs idle (H = 128, T = 1: 8 CTAs, issue slots 0.9% busy,
+// docs/perf-notes.md). Splitting the window shortens each chain to ~1/S of the tiles and puts S
+// times the CTAs to work.
+//
+// The combine: each CTA parks its unnormalized output (fp32, 16 * kHeadGroups heads x 512 dims)
+// over its own f16 tile and q fragments, which the last tile has finished with, plus each head's
+// running max and sum; after a cluster barrier, CTA rank r normalizes heads r/S .. (r+1)/S - 1 of
+// the block, loading every CTA's partials remotely in one batch: O = sum_s 2^(m_s - M) O_s,
+// l = sum_s 2^(m_s - M) l_s with M = max_s m_s, then the usual sink and LSE (softmax_finalize.cuh).
+// Pushing the partials into the owner with remote stores instead measured 0.3 us slower at T = 1
+// (the release barrier then waits for the stores; docs/perf-notes.md).
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/device_ptx.cuh"
+#include "src/common/fp8_convert.cuh"
+#include "src/common/params.h"
+#include "src/common/softmax_finalize.cuh"
+#include "src/kernels/portable/group_softmax.cuh"
+#include "src/kernels/portable/portable_plan.h"
+
+namespace swa_decode::portable {
+
+// Cluster primitives (PTX ISA 7.8, sm_90). The split kernel is only launched on sm_90 and newer
+// (select_kernel.cpp); older targets compile it to a trap.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return static_cast<int>(rank);
+}
+__device__ __forceinline__ int cluster_size() {
+  uint32_t size;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(size));
+  return static_cast<int>(size);
+}
+// Every thread of every CTA of the cluster. The release/acquire form orders each CTA's
+// shared-memory writes before the other CTAs' reads after it; the relaxed form only keeps CTAs
+// alive until every remote read of their shared memory has returned (its values are in use).
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+__device__ __forceinline__ void cluster_barrier_relaxed() {
+  asm volatile(
+      "barrier.cluster.arrive.relaxed.aligned;\n"
+      "barrier.cluster.wait.aligned;\n" ::
+          : "memory");
+}
+// The shared-memory address `local` (of this CTA's plan) in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_address(uint32_t local, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+// Not volatile: the loads after a cluster barrier (which clobbers memory) may be batched.
+__device__ __forceinline__ float4 load_cluster_f32x4(uint32_t address) {
+  float4 v;
+  asm("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address));
+  return v;
+}
+__device__ __forceinline__ float2 load_cluster_f32x2(uint32_t address) {
+  float2 v;
+  asm("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
+  return v;
+}
+#else
+__device__ __forceinline__ int cluster_rank() { __trap(); }
+__device__ __forceinline__ int cluster_size() { __trap(); }
+__device__ __forceinline__ void cluster_barrier() { __trap(); }
+__device__ __forceinline__ void cluster_barrier_relaxed() { __trap(); }
+__device__ __forceinline__ uint32_t cluster_address(uint32_t, int) { __trap(); }
+__device__ __forceinline__ float4 load_cluster_f32x4(uint32_t) { __trap(); }
+__device__ __forceinline__ float2 load_cluster_f32x2(uint32_t) { __trap(); }
+#endif
+
+// Where a CTA parks its partial output: [head of the block][128 chunks of 4 dims], chunk c of head
+// h stored at c ^ (h & 7) so that the 8 rows a warp's quarter writes at once (fragment rows g)
+// land in 8 different bank groups.
+__device__ __forceinline__ uint32_t partial_chunk_offset(int head, int chunk) {
+  return static_cast<uint32_t>((head * (kHeadDim / 4) + (chunk ^ (head & 7))) * 16);
+}
+
+// Parks this warp's rows g and g + 8 (of `group`), dims dim_base .. dim_base + 127 in the output
+// order of the epilogue (4 n8 blocks of a 32-dim group are 8 contiguous dims), and, from the
+// group's first warp, each row's max and sum. `partials` and `row_stats` must be free for the CTA.
+template <int kOutBlocks>
+__device__ __forceinline__ void park_split_partials(uint8_t* partials, float2* row_stats, const float (&o_acc)[kOutBlocks][4],
+                                                    const RowState& rows, int group, int quarter, int lane) {
+  const int frag_row = lane / 4;
+  const int frag_quad = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int head = group * kHeadsPerGroup + frag_row + 8 * h;
+#pragma unroll
+    for (int c = 0; c < kOutBlocks / 4; ++c) {
+      const int chunk = (quarter * 128 + c * 32 + 8 * frag_quad) / 4;
+      *reinterpret_cast<float4*>(partials + partial_chunk_offset(head, chunk)) =
+          make_float4(o_acc[4 * c + 0][2 * h], o_acc[4 * c + 0][2 * h + 1], o_acc[4 * c + 1][2 * h], o_acc[4 * c + 1][2 * h + 1]);
+      *reinterpret_cast<float4*>(partials + partial_chunk_offset(head, chunk + 1)) =
+          make_float4(o_acc[4 * c + 2][2 * h], o_acc[4 * c + 2][2 * h + 1], o_acc[4 * c + 3][2 * h], o_acc[4 * c + 3][2 * h + 1]);
+    }
+    if (quarter == 0 && frag_quad == 0) row_stats[head] = make_float2(rows.max[h], rows.sum[h]);
+  }
+}
+
+// Run by all kThreads threads of each CTA of the cluster after every CTA parked its partials and
+// passed cluster_barrier(): normalizes this CTA's share of the block's heads and stores out and lse.
+// `sinks` holds the block's sinks, `first_head` is the block's first head.
+template <int kThreads, int kHeadsPerBlock>
+__device__ __forceinline__ void combine_split_partials(const DecodeParams& p, const uint8_t* partials, const float2* row_stats,
+                                                       const float* sinks, int token, int first_head, float value_norm) {
+  constexpr int kItemsPerHead = kHeadDim / 8;  // 16-byte stores of 8 bf16
+  const int splits = cluster_size();
+  const int rank = cluster_rank();
+  const int heads_per_rank = kHeadsPerBlock / splits;
+  const uint32_t partials_base = static_cast<uint32_t>(__cvta_generic_to_shared(partials));
+  const uint32_t stats_base = static_cast<uint32_t>(__cvta_generic_to_shared(row_stats));
+  for (int item = threadIdx.x; item < heads_per_rank * kItemsPerHead; item += kThreads) {
+    const int local_head = rank * heads_per_rank + item / kItemsPerHead;
+    const int head = first_head + local_head;
+    if (head >= p.num_heads) continue;
+    const int chunk = 2 * (item % kItemsPerHead);
+    // Every CTA's statistics and 8 dims first (one batch of remote loads), then the sums.
+    float2 stats[kMaxWindowSplits];
+    float4 lo[kMaxWindowSplits], hi[kMaxWindowSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxWindowSplits; ++s) {
+      if (s < splits) {
+        stats[s] = load_cluster_f32x2(cluster_address(stats_base + local_head * 8, s));
+        lo[s] = load_cluster_f32x4(cluster_address(partials_base + partial_chunk_offset(local_head, chunk), s));
+        hi[s] = load_cluster_f32x4(cluster_address(partials_base + partial_chunk_offset(local_head, chunk + 1), s));
+      } else {
+        stats[s] = make_float2(-INFINITY, 0.0f);
+        lo[s] = hi[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    float max_log2 = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxWindowSplits; ++s) max_log2 = fmaxf(max_log2, stats[s].x);
+    float sum_exp = 0.0f;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (max_log2 != -INFINITY) {  // otherwise no CTA saw a valid entry: out = 0, lse = -inf
+#pragma unroll
+      for (int s = 0; s < kMaxWindowSplits; ++s) {
+        const float weight = exp2_approx(stats[s].x - max_log2);  // 0 for a CTA without entries
+        sum_exp += weight * stats[s].y;
+        acc[0] += weight * lo[s].x;
+        acc[1] += weight * lo[s].y;
+        acc[2] += weight * lo[s].z;
+        acc[3] += weight * lo[s].w;
+        acc[4] += weight * hi[s].x;
+        acc[5] += weight * hi[s].y;
+        acc[6] += weight * hi[s].z;
+        acc[7] += weight * hi[s].w;
+      }
+    }
+    const FinalizedRow fin = finalize_row(max_log2, sum_exp, sinks[local_head]);
+    const float out_factor = fin.out_factor * value_norm;
+    if (p.lse != nullptr && chunk == 0) p.lse[token * p.stride_lse_token + head] = fin.lse;
+    const uint4 v = make_uint4(pack_bf16x2(acc[0] * out_factor, acc[1] * out_factor), pack_bf16x2(acc[2] * out_factor, acc[3] * out_factor),
+                               pack_bf16x2(acc[4] * out_factor, acc[5] * out_factor), pack_bf16x2(acc[6] * out_factor, acc[7] * out_factor));
+    ptx::st_global_v4(p.out + token * p.stride_out_token + head * p.stride_out_head + chunk * 4, v);
+  }
+}
+
+}  // namespace swa_decode::portable
