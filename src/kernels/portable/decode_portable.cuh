@@ -4,11 +4,12 @@
 // of its token once for all the heads it holds. Each 16-head group is split over 4 warps by head-dim
 // quarters (128 dims each) so that a warp's output accumulator is 16 x 128 fp32 = 64 registers
 // instead of 256; the 4 partial score tiles meet in shared memory and each warp finishes the
-// softmax of a quarter of the keys (group_softmax.cuh). q waits in shared memory as ready-made A fragments, so a thread needs at
-// most 128 registers and two CTAs share an SM: one CTA's barriers and gather latency hide under the
-// other's matmuls (docs/perf-notes.md, portable v5). The tensor cores run f16 (q_f16.cuh says why
-// and how q is scaled exactly). Keys stream in tiles of 32 with an online
-// softmax through a ring of 2-4 staging buffers.
+// softmax of a quarter of the keys (group_softmax.cuh). q waits in shared memory as ready-made A
+// fragments, so a thread needs at most 128 registers and two CTAs share an SM: one CTA's barriers
+// and gather latency hide under the other's matmuls (docs/perf-notes.md, portable v5). The tensor
+// cores run f16 (q_f16.cuh says why and how q is scaled exactly). Keys stream in tiles of 32 with an
+// online softmax through a ring of 2-4 staging buffers. On sm_90 the smallest batches (at most 8
+// CTAs) split each window over a cluster of 4 CTAs instead (window_split_combine.cuh).
 #pragma once
 
 #include <cstdint>
@@ -280,7 +281,7 @@ int portable_smem_bytes(int num_stages, int window_size) {
 }
 
 // window_splits == 1: one CTA per (token, head block), numbered token-major by the kernel.
-// window_splits in {2, 4} (sm_90+): a cluster of that many CTAs per (token, head block).
+// window_splits > 1 (sm_90+): a cluster of that many CTAs per (token, head block).
 template <int kHeadGroups, bool kSplitWindow>
 cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
   constexpr int kThreads = kHeadGroups * portable::kWarpsPerGroup * 32;
@@ -299,11 +300,11 @@ cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, 
   config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   config.stream = stream;
   cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(window_splits);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  if (kSplitWindow) {
+  if constexpr (kSplitWindow) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(window_splits);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
   }
