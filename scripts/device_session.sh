@@ -26,6 +26,9 @@ fi
 
 summary="$out/summary.txt"
 : > "$summary"
+# The lent machine's .git is the one from the start of the session, so without SWA_DECODE_COMMIT the
+# bench JSON names a stale commit (marked dirty): say so where it will be read.
+[ -n "${SWA_DECODE_COMMIT:-}" ] || echo "warning: SWA_DECODE_COMMIT is unset; JSON commits come from this tree's .git" | tee -a "$summary"
 for step in $steps; do
   case "$step" in
     tests)
