@@ -34,9 +34,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbarrier_init(&smem.q_full[0][s], 1);
       mbarrier_init(&smem.q_full[1][s], 1);
     }
-    for (int part = 0; part < kParts; ++part) {
-      mbarrier_init(&smem.kv_full[part], kGatherThreads);
-      mbarrier_init(&smem.kv_empty[part], kConsumerThreads);
+    for (int h = 0; h < kHalves; ++h) {
+      mbarrier_init(&smem.kv_full[h], kGatherThreads);
+      mbarrier_init(&smem.kv_empty[h], kConsumerThreads);
     }
     for (int m = 0; m < 2; ++m) {
       mbarrier_init(&smem.meta_full[m], kCompactThreads);
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     role.wg = wg - 1;
     role.slab = two_slabs ? role.wg : 0;
     role.first_half = two_slabs ? 0 : role.wg;
-    role.last_half = two_slabs ? 1 : role.wg;
+    role.last_half = two_slabs ? kHalves - 1 : role.wg;
     role.writes_lse = two_slabs || role.wg == 0;
     run_consumer(p, q_map, smem, role);
   }

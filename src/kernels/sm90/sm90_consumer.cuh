@@ -1,5 +1,5 @@
 // Consumer warpgroups of the Hopper kernel: q through a TMA ring, S = Q K^T, one-pass softmax,
-// O = P V per chunk of kPvDims dims with the next chunk's wgmma under this one's 16-byte stores.
+// O = P V per 256-dim half, 16-byte output stores.
 #pragma once
 
 #include <cuda.h>
@@ -56,98 +56,6 @@ __device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int quad_lane) 
   }
 }
 
-inline constexpr int kPvAccumulators = kPvDims / 2;  // fp32 registers per thread for one PV chunk
-
-// Issues O[64 heads][kPvDims dims of `chunk`] = P V as one committed wgmma batch (8 k-steps of 16 keys).
-__device__ __forceinline__ void issue_pv_chunk(SmemPlan& smem, uint32_t (&p_frag)[kKeys / 16][4], int chunk,
-                                               float (&o)[kPvAccumulators]) {
-  fence_accumulators(o);
-#pragma unroll
-  for (int ks = 0; ks < kKeys / 16; ++ks)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
-  cute::warpgroup_arrive();
-  const uint32_t v_base = smem_u32(smem.kv[chunk * kBlocksPerPvChunk][0]);
-#pragma unroll
-  for (int ks = 0; ks < kKeys / 16; ++ks) {
-    // 16 keys = two 8-row groups (SBO 1 KiB); the chunk's 64-dim blocks are 16 KiB apart (LBO).
-    const uint64_t desc_v = make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
-    gmma_pv_impl<kPvDims>(o, p_frag[ks], desc_v, ks != 0, std::make_index_sequence<kPvAccumulators>{});
-  }
-  cute::warpgroup_commit_batch();
-}
-
-// Normalizes this thread's two rows of a finished chunk and stores them 16 bytes at a time.
-__device__ __forceinline__ void store_pv_chunk(const DecodeParams& p, const float (&o)[kPvAccumulators],
-                                               const FinalizedRow (&fin)[2], int token, int chunk, int head_lo,
-                                               int head_hi, int frag_quad) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int head = r == 0 ? head_lo : head_hi;
-    __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + chunk * kPvDims;
-#pragma unroll
-    for (int group = 0; group < kPvDims / 32; ++group) {
-      uint32_t pairs[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int block = 4 * group + j;
-        pairs[j] = pack_bf16x2(o[4 * block + 2 * r] * fin[r].out_factor, o[4 * block + 2 * r + 1] * fin[r].out_factor);
-      }
-      transpose_quad(pairs, frag_quad);
-      // Lane q now holds dims 32 group + 8q .. + 7 of this row: one 16-byte store.
-      if (head < p.num_heads) {
-        ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
-      }
-    }
-  }
-}
-
-// The K/V parts whose last dim falls in PV chunk `chunk` are done with for this token: the producer
-// may refill them for the next one.
-__device__ __forceinline__ void release_parts_of_chunk(SmemPlan& smem, int chunk) {
-#pragma unroll
-  for (int part = 0; part < kParts; ++part) {
-    const int part_end = (part + 1) * kPartDims;
-    if (part_end > chunk * kPvDims && part_end <= (chunk + 1) * kPvDims) mbarrier_arrive(&smem.kv_empty[part]);
-  }
-}
-
-// O = P V for kNumChunks chunks from first_chunk on. With SWA_DECODE_SM90_PV_OVERLAP, two
-// accumulator sets: chunk c + 1's wgmma is issued before chunk c is normalized and stored, so the
-// tensor cores work under the stores. Fully unrolled: accumulators still in flight across a loop's
-// back edge made ptxas serialize every wgmma (C7514), as did a branch between issue and wait.
-template <int kNumChunks>
-__device__ __forceinline__ void pv_and_store(const DecodeParams& p, SmemPlan& smem, uint32_t (&p_frag)[kKeys / 16][4],
-                                             const FinalizedRow (&fin)[2], int token, int first_chunk, int head_lo,
-                                             int head_hi, int frag_quad) {
-#if SWA_DECODE_SM90_PV_OVERLAP
-  float o[2][kPvAccumulators];
-  issue_pv_chunk(smem, p_frag, first_chunk, o[0]);
-#pragma unroll
-  for (int i = 0; i < kNumChunks; ++i) {
-    if (i + 1 < kNumChunks) {
-      issue_pv_chunk(smem, p_frag, first_chunk + i + 1, o[(i + 1) % 2]);
-      cute::warpgroup_wait<1>();
-    } else {
-      cute::warpgroup_wait<0>();
-    }
-    fence_accumulators(o[i % 2]);
-    release_parts_of_chunk(smem, first_chunk + i);
-    store_pv_chunk(p, o[i % 2], fin, token, first_chunk + i, head_lo, head_hi, frag_quad);
-  }
-#else
-#pragma unroll 1
-  for (int i = 0; i < kNumChunks; ++i) {
-    float o[kPvAccumulators];
-    issue_pv_chunk(smem, p_frag, first_chunk + i, o);
-    cute::warpgroup_wait<0>();
-    fence_accumulators(o);
-    release_parts_of_chunk(smem, first_chunk + i);
-    store_pv_chunk(p, o, fin, token, first_chunk + i, head_lo, head_hi, frag_quad);
-  }
-#endif
-}
-
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
                                              const ConsumerRole& role) {
   const int wtid = threadIdx.x % kWarpgroupThreads;
@@ -158,15 +66,9 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
   const int head_lo = role.slab * kSlabHeads + warp * 16 + frag_row;
   const int head_hi = head_lo + 8;
   const float logit_scale = p.scale * kLog2e;
-  // Loaded once, not per token (ncu, v4: 1.3% of consumer time waited on this load), and parked in
-  // shared memory: two registers held across the token loop made the PV stage spill.
-  float* const sinks = smem.sinks[role.wg];
-  const int row_lo = warp * 16 + frag_row;
-  if (frag_quad == 0) {
-    sinks[row_lo] = p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY;
-    sinks[row_lo + 8] = p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY;
-  }
-  __syncwarp();
+  // Loaded once, not per token (ncu, v4: 1.3% of consumer time waited on this load).
+  const float sink_lo = p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY;
+  const float sink_hi = p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY;
 
   if (wtid == 0) {
     for (int c = 0; c < kQStages; ++c) issue_q_chunk(p, q_map, smem, role, c);
@@ -182,11 +84,11 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
 #pragma unroll
     for (int c = 0; c < kQChunks; ++c) {
       const int seq = it * kQChunks + c;
-      if (c % kBlocksPerPart == 0) mbarrier_wait(&smem.kv_full[c / kBlocksPerPart], it & 1);
+      if (c % kBlocksPerHalf == 0) mbarrier_wait(&smem.kv_full[c / kBlocksPerHalf], it & 1);
       mbarrier_wait(&smem.q_full[role.wg][seq % kQStages], (seq / kQStages) & 1);
       cute::warpgroup_arrive();
       const uint32_t q_base = smem_u32(smem.q[role.wg][seq % kQStages]);
-      const uint32_t k_base = smem_u32(smem.kv[c][0]);
+      const uint32_t k_base = smem_u32(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf]);
 #pragma unroll
       for (int k = 0; k < kBlockDims / 16; ++k) {
         const uint64_t desc_q = make_smem_desc_sw128(q_base + k * 32, 16, 1024);
@@ -202,10 +104,8 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     cute::warpgroup_wait<0>();
     fence_accumulators(s);
     if (wtid == 0) issue_q_chunk(p, q_map, smem, role, it * kQChunks + kQChunks - 1 + kQStages);
-    // Parts outside this consumer's PV dims are done with already.
-    for (int part = 0; part < kParts; ++part) {
-      const int half = part * kPartDims / kHalfDims;
-      if (half < role.first_half || half > role.last_half) mbarrier_arrive(&smem.kv_empty[part]);
+    for (int half = 0; half < kHalves; ++half) {
+      if (half < role.first_half || half > role.last_half) mbarrier_arrive(&smem.kv_empty[half]);
     }
 
     // ---- softmax over the whole window in one pass (log2 domain) ----
@@ -251,19 +151,53 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       row_sum[h] = quad_sum(row_sum[h]);
     }
     FinalizedRow fin[2];
-    fin[0] = finalize_row(row_max[0], row_sum[0], sinks[row_lo]);
-    fin[1] = finalize_row(row_max[1], row_sum[1], sinks[row_lo + 8]);
+    fin[0] = finalize_row(row_max[0], row_sum[0], sink_lo);
+    fin[1] = finalize_row(row_max[1], row_sum[1], sink_hi);
     if (role.writes_lse && p.lse != nullptr && frag_quad == 0) {
       if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
       if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;
     }
 
-    // ---- O = P V, stored chunk by chunk ----
-    if (role.first_half == role.last_half) {
-      pv_and_store<kPvChunksPerHalf>(p, smem, p_frag, fin, token, role.first_half * kPvChunksPerHalf, head_lo, head_hi,
-                                     frag_quad);
-    } else {
-      pv_and_store<2 * kPvChunksPerHalf>(p, smem, p_frag, fin, token, 0, head_lo, head_hi, frag_quad);
+    // ---- O = P V, one 256-dim half at a time (128 accumulator registers) ----
+    for (int half = role.first_half; half <= role.last_half; ++half) {
+      float o[128];
+      fence_accumulators(o);
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
+      cute::warpgroup_arrive();
+      const uint32_t v_base = smem_u32(smem.kv[half][0][0]);
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks) {
+        // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO 16 KiB).
+        const uint64_t desc_v = make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
+        gmma_pv_impl(o, p_frag[ks], desc_v, ks != 0, std::make_index_sequence<128>{});
+      }
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
+      fence_accumulators(o);
+      mbarrier_arrive(&smem.kv_empty[half]);
+
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int head = r == 0 ? head_lo : head_hi;
+        __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + half * kHalfDims;
+#pragma unroll
+        for (int group = 0; group < kHalfDims / 32; ++group) {
+          uint32_t pairs[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int block = 4 * group + j;
+            pairs[j] = pack_bf16x2(o[4 * block + 2 * r] * fin[r].out_factor, o[4 * block + 2 * r + 1] * fin[r].out_factor);
+          }
+          transpose_quad(pairs, frag_quad);
+          // Lane q now holds dims 32 group + 8q .. + 7 of this row: one 16-byte store.
+          if (head < p.num_heads) {
+            ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
+          }
+        }
+      }
     }
   }
 }

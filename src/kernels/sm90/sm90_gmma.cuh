@@ -1,33 +1,27 @@
 // wgmma through CuTe's atoms for the two matmuls of the Hopper kernel: S = Q K^T (m64n128k16,
-// both operands in shared memory) and O = P V (m64nNk16 with N = kPvDims, P from registers, V MN-major).
+// both operands in shared memory) and O = P V (m64n256k16, P from registers, V MN-major).
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 #include <cute/arch/mma_sm90_gmma.hpp>
 
 namespace swa_decode::sm90 {
 
-// The atoms take their accumulator registers (N / 2 per thread) one reference each.
+// The atoms take their 64 / 128 accumulator registers one reference each.
 using GmmaQK = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-template <int N>
-using GmmaPV = std::conditional_t<
-    N == 64, cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>,
-    std::conditional_t<
-        N == 128, cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>,
-        cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>>>;
+using GmmaPV = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
 
 template <size_t... I>
 __device__ __forceinline__ void gmma_qk_impl(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate,
                                              std::index_sequence<I...>) {
   GmmaQK::fma(desc_a, desc_b, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
-template <int N, size_t... I>
-__device__ __forceinline__ void gmma_pv_impl(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate,
+template <size_t... I>
+__device__ __forceinline__ void gmma_pv_impl(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate,
                                              std::index_sequence<I...>) {
-  GmmaPV<N>::fma(a[0], a[1], a[2], a[3], desc_b, d[I]...,
+  GmmaPV::fma(a[0], a[1], a[2], a[3], desc_b, d[I]...,
               accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
 

@@ -12,26 +12,9 @@ inline constexpr int kRowBytes = 128;          // one 128-byte swizzle atom row 
 inline constexpr int kBlockDims = kRowBytes / 2;  // 64 dims per K/V dim block and per q chunk
 inline constexpr int kQChunks = kHeadDim / kBlockDims;  // 8
 inline constexpr int kQStages = 3;
-// The K/V tile is refilled in 4 parts of 128 dims, each with its own full/empty barriers: the
-// producer refills a part for the next token as soon as the consumers' PV is done with it, and the
-// consumers' QK of the next token waits only for the parts it has reached.
-inline constexpr int kParts = 4;
-inline constexpr int kPartDims = kHeadDim / kParts;          // 128
-inline constexpr int kBlocksPerPart = kPartDims / kBlockDims;  // 2
-inline constexpr int kStagingBuffers = 2;                    // a part's gather lands while another dequantizes
-// O = P V runs in chunks of kPvDims dims, the N of one PV wgmma (src/kernels/sm90/sm90_consumer.cuh).
-#ifndef SWA_DECODE_SM90_PV_DIMS
-#define SWA_DECODE_SM90_PV_DIMS 256
-#endif
-#ifndef SWA_DECODE_SM90_PV_OVERLAP
-#define SWA_DECODE_SM90_PV_OVERLAP 0
-#endif
-inline constexpr int kPvDims = SWA_DECODE_SM90_PV_DIMS;
-inline constexpr int kBlocksPerPvChunk = kPvDims / kBlockDims;
-// With H <= 64 each consumer runs PV over one half of the dims.
-inline constexpr int kHalfDims = kHeadDim / 2;
-inline constexpr int kPvChunksPerHalf = kHalfDims / kPvDims;
-static_assert(!SWA_DECODE_SM90_PV_OVERLAP || kPvChunksPerHalf % 2 == 0, "overlapped PV chunks come in pairs");
+inline constexpr int kHalves = 2;
+inline constexpr int kHalfDims = kHeadDim / kHalves;      // 256 = the N of one PV wgmma
+inline constexpr int kBlocksPerHalf = kHalfDims / kBlockDims;  // 4
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kThreads = 3 * kWarpgroupThreads;  // WG 0 produces, WG 1 and 2 consume
 inline constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
@@ -47,20 +30,18 @@ inline constexpr uint32_t kQChunkBytes = kSlabHeads * kRowBytes;  // 8 KiB per T
 inline constexpr uint32_t kProducerBarrier = 1;  // named barrier id for the producer warpgroup
 
 struct SmemPlan {
-  // bf16 K/V rows: [64-dim block][key][128 B], 16-byte chunks XOR-swizzled by key % 8.
+  // bf16 K/V rows: [half][64-dim block][key][128 B], 16-byte chunks XOR-swizzled by key % 8.
   // K-major for S = Q K^T, MN-major for O = P V: the same bytes serve both (canonical SW128).
-  alignas(1024) uint8_t kv[kQChunks][kKeys][kRowBytes];
+  alignas(1024) uint8_t kv[kHalves][kBlocksPerHalf][kKeys][kRowBytes];
   alignas(1024) uint8_t q[2][kQStages][kSlabHeads][kRowBytes];  // per consumer: TMA SW128 ring
-  // e4m3 part rows (128 bytes per key), 16-byte chunks XOR-swizzled by key % 8.
-  alignas(128) uint8_t staging[kStagingBuffers][kKeys][kPartDims];
+  alignas(128) uint8_t staging[kKeys][kHalfDims];  // e4m3, 16-byte chunks XOR-swizzled by key % 16
   int64_t row_offset[2][kKeys];                    // compacted entries, double buffered by token
   float inv_scale[2][kKeys];
-  float sinks[2][kSlabHeads];                      // per consumer: its heads' sinks, read once
   int num_valid[2];
   int warp_counts[1];                              // the compaction runs on one warp
   uint64_t q_full[2][kQStages];
-  uint64_t kv_full[kParts];
-  uint64_t kv_empty[kParts];
+  uint64_t kv_full[kHalves];
+  uint64_t kv_empty[kHalves];
   uint64_t meta_full[2];
   uint64_t meta_empty[2];
 };

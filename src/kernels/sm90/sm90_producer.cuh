@@ -16,41 +16,37 @@ namespace swa_decode::sm90 {
 
 // ---- producer: warps 0-2 gather and dequantize, warp 3 compacts the next token's window ----
 // The compaction is three dependent global round trips (length, indices, scales); on its own warp
-// it runs a token ahead instead of sitting between two refills.
+// it runs a token ahead instead of sitting between two half refills.
 inline constexpr int kGatherThreads = 96;
 inline constexpr int kCompactThreads = 32;
-inline constexpr int kChunksPerPartRow = kPartDims / 16;  // 16-byte pieces of a key's part
+inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
 
-// Copies `part` of the token's valid rows into a staging buffer as one cp.async group; rows past
-// num_valid (or every row, for a token past the end) are zero-filled, so the dequantized tile
-// holds zeros there and P = 0 never meets a NaN.
-__device__ __forceinline__ void issue_part_gather(const DecodeParams& p, SmemPlan& smem, int meta, int part,
-                                                  int num_valid, int tid) {
-  uint8_t(&staging)[kKeys][kPartDims] = smem.staging[part % kStagingBuffers];
+__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, int meta, int half,
+                                                  int tid) {
+  const int num_valid = smem.num_valid[meta];
 #pragma unroll 4
-  for (int piece = tid; piece < kKeys * kChunksPerPartRow; piece += kGatherThreads) {
-    const int key = piece / kChunksPerPartRow;
-    const int chunk = piece % kChunksPerPartRow;
+  for (int piece = tid; piece < kKeys * kChunksPerHalfRow; piece += kGatherThreads) {
+    const int key = piece / kChunksPerHalfRow;
+    const int chunk = piece % kChunksPerHalfRow;
     const bool valid = key < num_valid;
-    const uint8_t* src = valid ? p.kv_cache + smem.row_offset[meta][key] + part * kPartDims + chunk * 16 : p.kv_cache;
-    ptx::cp_async_16(smem_u32(&staging[key][(chunk ^ (key & 7)) * 16]), src, valid ? 16u : 0u);
+    const uint8_t* src = valid ? p.kv_cache + smem.row_offset[meta][key] + half * kHalfDims + chunk * 16 : p.kv_cache;
+    ptx::cp_async_16(smem_u32(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
   }
   ptx::cp_async_commit();
 }
 
 // Units of (key, 32-dim group), keys fastest: the 8 threads of a quarter-warp take 8 consecutive
 // keys of one group, so both the staging reads and the swizzled tile writes hit 8 different banks.
-__device__ __forceinline__ void dequantize_part(SmemPlan& smem, int part, int tid) {
-  constexpr int kGroups = kPartDims / 32;
-  const uint8_t(&staging)[kKeys][kPartDims] = smem.staging[part % kStagingBuffers];
+__device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int tid) {
+  constexpr int kGroups = kHalfDims / 32;
 #pragma unroll 2
   for (int unit = tid; unit < kKeys * kGroups; unit += kGatherThreads) {
     const int key = unit % kKeys;
     const int group = unit / kKeys;
-    const uint4 lo = *reinterpret_cast<const uint4*>(&staging[key][((2 * group) ^ (key & 7)) * 16]);
-    const uint4 hi = *reinterpret_cast<const uint4*>(&staging[key][((2 * group + 1) ^ (key & 7)) * 16]);
+    const uint4 lo = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group) ^ (key & 15)) * 16]);
+    const uint4 hi = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group + 1) ^ (key & 15)) * 16]);
     const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    uint8_t* row = smem.kv[part * kBlocksPerPart + group / 2][key];
+    uint8_t* row = smem.kv[half][group / 2][key];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       uint4 chunk;
@@ -73,7 +69,7 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
     if (lane == 0) smem.num_valid[meta] = n;
     __syncwarp();
     mbarrier_arrive(&smem.meta_full[meta]);
-    // The rows are gathered a part at a time once the previous token's tile frees it: pulling them
+    // The rows are gathered a half at a time once the previous token's tile is free: pulling them
     // into L2 now takes the HBM latency off that later gather. Plain per-lane prefetches of each
     // 128-byte line, after the arrive so the gather warps never wait for them: the bulk prefetch
     // takes a warp-uniform address, which the compiler turned into a lane-by-lane loop that cost
@@ -87,40 +83,30 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
   }
 }
 
-// Two part gathers are in flight at any time: part k + 1's while part k is dequantized, and part
-// k + 2's is issued into part k's staging buffer as soon as that is free. The gathers run across
-// tokens: parts 2 and 3 of one token refill with parts 0 and 1 of the next.
 __device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan& smem) {
   const int tid = threadIdx.x;  // 0..95
   const int first = blockIdx.x;
   if (first >= p.num_tokens) return;
   mbarrier_wait(&smem.meta_full[0], 0);
-  issue_part_gather(p, smem, 0, 0, smem.num_valid[0], tid);
-  issue_part_gather(p, smem, 0, 1, smem.num_valid[0], tid);
+  issue_half_gather(p, smem, 0, 0, tid);
   int it = 0;
   for (int token = first; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
-    const bool has_next = token + static_cast<int>(gridDim.x) < p.num_tokens;
+    const int next = token + gridDim.x;
 #pragma unroll
-    for (int part = 0; part < kParts; ++part) {
-      ptx::cp_async_wait<1>();  // this part's group landed; the next part's may still be in flight
-      named_barrier_sync(kProducerBarrier, kGatherThreads);  // ... for every thread's copies
-      mbarrier_wait(&smem.kv_empty[part], (it & 1) ^ 1);     // consumers are done with the part
-      dequantize_part(smem, part, tid);
+    for (int half = 0; half < kHalves; ++half) {
+      ptx::cp_async_wait<0>();
+      named_barrier_sync(kProducerBarrier, kGatherThreads);  // the whole half landed
+      mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
+      dequantize_half(smem, half, tid);
       fence_proxy_async_shared();
-      named_barrier_sync(kProducerBarrier, kGatherThreads);  // staging buffer free again
-      mbarrier_arrive(&smem.kv_full[part]);
-      if (part + 2 < kParts) {
-        issue_part_gather(p, smem, meta, part + 2, smem.num_valid[meta], tid);
-      } else {
-        // The next token's part 0 or 1; past the last token an empty group keeps the count of
-        // groups in flight, which cp_async_wait<1> relies on, the same.
-        if (has_next && part == 2) mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
-        if (has_next) {
-          issue_part_gather(p, smem, meta ^ 1, part - 2, smem.num_valid[meta ^ 1], tid);
-        } else {
-          ptx::cp_async_commit();
-        }
+      named_barrier_sync(kProducerBarrier, kGatherThreads);  // staging free again
+      mbarrier_arrive(&smem.kv_full[half]);
+      if (half == 0) {
+        issue_half_gather(p, smem, meta, 1, tid);
+      } else if (next < p.num_tokens) {
+        mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
+        issue_half_gather(p, smem, meta ^ 1, 0, tid);
       }
     }
   }
