@@ -127,7 +127,9 @@ DecodeShape decode_shape(const DecodeParams& params) {
                      .head_dim = params.head_dim,
                      .window_size = params.window_size,
                      .kv_row_alignment = static_cast<int32_t>(kv_bits & (~kv_bits + 1)),  // lowest set bit
-                     .q_out_aligned_16 = q_out_bits % 16 == 0};
+                     .q_out_aligned_16 = q_out_bits % 16 == 0,
+                     .kv_last_row_offset = (params.num_slots / params.block_size - 1) * params.stride_kv_block +
+                                           (params.block_size - 1) * params.stride_kv_token};
 }
 
 SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device) {

@@ -27,8 +27,17 @@ __device__ __forceinline__ float load_inv_scale(const DecodeParams& p, int64_t s
   return __bfloat162float(static_cast<const __nv_bfloat16*>(p.inv_scale)[slot]);
 }
 
-// Writes, for each valid entry of `token` in column order, the byte offset of its cache row from
-// p.kv_cache to s_row_offset[0, n) and its inverse scale to s_inv_scale[0, n); returns n. The
+// A compacted row offset: bytes from p.kv_cache as int64, or 16-byte units as uint32 where rows are
+// 16-byte aligned and the cache spans at most 64 GiB (the sm90 kernel, to save 1 KiB of its
+// shared memory; select_kernel checks both).
+__device__ __forceinline__ void store_row_offset(int64_t* dst, int64_t bytes) { *dst = bytes; }
+__device__ __forceinline__ void store_row_offset(uint32_t* dst, int64_t bytes) {
+  *dst = static_cast<uint32_t>(bytes >> 4);
+}
+
+// Writes, for each valid entry of `token` in column order, the offset of its cache row from
+// p.kv_cache to s_row_offset[0, n) (store_row_offset) and its inverse scale to s_inv_scale[0, n);
+// returns n. The
 // 64-bit slot -> (block, offset) division happens here once per entry, not once per copy.
 // Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
 // exactly those threads. s_warp_counts needs kThreads / 32 ints. On return every entry written is
@@ -36,8 +45,8 @@ __device__ __forceinline__ float load_inv_scale(const DecodeParams& p, int64_t s
 // Fewer than 128 threads take several columns each per pass, and issue all of a pass's index loads,
 // then all of its scale loads, before using any: a single warp compacts a 128-entry window in three
 // dependent global round trips (length, indices, scales) instead of nine.
-template <int kThreads, typename Sync>
-__device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sync, int64_t* s_row_offset,
+template <int kThreads, typename Sync, typename RowOffset>
+__device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sync, RowOffset* s_row_offset,
                               float* s_inv_scale, int* s_warp_counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
   constexpr int kWarps = kThreads / 32;
@@ -76,8 +85,8 @@ __device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sy
       }
       if (valid[k]) {
         const int entry = before + __popc(ballot & ((1u << lane) - 1u));
-        s_row_offset[entry] =
-            (slot[k] / p.block_size) * p.stride_kv_block + (slot[k] % p.block_size) * p.stride_kv_token;
+        store_row_offset(&s_row_offset[entry],
+                         (slot[k] / p.block_size) * p.stride_kv_block + (slot[k] % p.block_size) * p.stride_kv_token);
         s_inv_scale[entry] = scale[k];
       }
       num_valid += chunk_total;

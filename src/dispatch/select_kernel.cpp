@@ -13,7 +13,8 @@ constexpr int64_t kMaxWindow = 1024;
 constexpr int32_t kMinComputeCapability = 80;  // mma.sync bf16 + cp.async
 
 constexpr int64_t kSm90MaxWindow = 128;
-constexpr int64_t kSm90SmemBytes = 222 * 1024;  // upper bound of sm90::kSmemBytes (checked there)
+constexpr int64_t kSm90SmemBytes = 227 * 1024;  // upper bound of sm90::kSmemBytes (checked there)
+constexpr int64_t kSm90MaxRowOffset = (int64_t{1} << 36) - 16;  // 32-bit counts of 16 bytes
 constexpr int64_t kSm90MinHeads = 17;  // 16 heads or fewer: 64-row wgmma would waste 4x the math
 // The sm90 kernel runs one persistent CTA per token at a time; below ~64 tokens most SMs idle and
 // the portable kernel, which spreads a token over 4-8 CTAs, finishes first (bench/results v1:
@@ -40,6 +41,10 @@ std::string sm90_why_not(const DecodeShape& shape, const DeviceInfo& device) {
   if (shape.kv_row_alignment < 16) {
     return "the sm90 kernel copies cache rows 16 bytes at a time: kv_cache address and strides must be "
            "multiples of 16, got alignment " + std::to_string(shape.kv_row_alignment);
+  }
+  if (shape.kv_last_row_offset > kSm90MaxRowOffset) {
+    return "the sm90 kernel keeps cache row offsets as 32-bit counts of 16 bytes: the last row must start within "
+           "64 GiB of kv_cache, got " + std::to_string(shape.kv_last_row_offset) + " bytes";
   }
   if (device.smem_optin_bytes < kSm90SmemBytes) {
     return "the sm90 kernel needs " + std::to_string(kSm90SmemBytes) + " bytes of shared memory per block, device "

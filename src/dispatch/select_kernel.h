@@ -21,6 +21,9 @@ struct DecodeShape {
   // q and out rows are read and written 16 bytes at a time: their addresses and token/head strides
   // must be multiples of 8 elements (16 bytes).
   bool q_out_aligned_16;
+  // Bytes from the kv_cache address to the start of its last row (the sm90 kernel keeps row
+  // offsets as 32-bit counts of 16 bytes, so it needs this below 64 GiB).
+  int64_t kv_last_row_offset = 0;
 };
 
 // What the selection needs to know about the GPU (read once by the caller via cudaGetDeviceProperties).

@@ -75,6 +75,20 @@ TEST(SelectKernel, HopperFastPathWhereItFits) {
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma).id, KernelId::kPortableMma);
 }
 
+TEST(SelectKernel, Sm90NeedsRowsWithin64GiBOfTheCache) {
+  // The sm90 kernel keeps row offsets as 32-bit counts of 16 bytes; a larger cache runs portable.
+  DecodeShape huge = shape(512, 128, 512, 128);
+  huge.kv_last_row_offset = int64_t{1} << 36;
+  EXPECT_EQ(select_kernel(huge, kH200).id, KernelId::kPortableMma);
+  const KernelChoice forced = select_kernel(huge, kH200, KernelId::kSm90Wgmma);
+  EXPECT_EQ(forced.id, KernelId::kNone);
+  if (sm90_kernel_built()) {
+    EXPECT_TRUE(contains(forced.why_not, "within 64 GiB of kv_cache, got 68719476736 bytes")) << forced.why_not;
+    huge.kv_last_row_offset = (int64_t{1} << 36) - 16;  // the last offset that fits
+    EXPECT_EQ(select_kernel(huge, kH200).id, KernelId::kSm90Wgmma);
+  }
+}
+
 TEST(SelectKernel, PortableStagingRingFitsTheDevice) {
   // A 128-entry window is 4 tiles of 32 rows: with room, all of them are in flight at once.
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kA100).num_stages, 4);
@@ -237,6 +251,10 @@ TEST(QuerySupport, AlignmentOfRowsReachesTheSelection) {
   const DecodeArgs padded_args = args_for(padded, Backend::kCuda);
   ASSERT_EQ(reinterpret_cast<uintptr_t>(padded_args.kv_cache) % 16, 0u);
   EXPECT_EQ(decode_shape(make_params(padded_args)).kv_row_alignment, 8);
+  // The last row of the last block: (num_blocks - 1) block strides + (block_size - 1) row strides.
+  EXPECT_EQ(decode_shape(make_params(padded_args)).kv_last_row_offset,
+            (padded_args.num_blocks - 1) * padded_args.stride_kv_block +
+                (padded_args.block_size - 1) * padded_args.stride_kv_token);
   EXPECT_TRUE(query_support_on(padded_args, kH200).supported) << query_support_on(padded_args, kH200).why_not;
 
   s = deepseek_like(16, 512);

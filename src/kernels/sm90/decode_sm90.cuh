@@ -26,8 +26,10 @@ namespace swa_decode::sm90 {
 __global__ void __launch_bounds__(kThreads, 1)
     decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ uint8_t smem_raw[];
-  SmemPlan& smem = *reinterpret_cast<SmemPlan*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // The 128-byte swizzle of the K/V tile and the q ring is defined on 1024-aligned addresses.
+  if ((smem_u32(smem_raw) & 1023u) != 0) __trap();
+  SmemPlan& smem = *reinterpret_cast<SmemPlan*>(smem_raw);
   if (threadIdx.x == 0) {
     prefetch_tensor_map(&q_map);
     for (int s = 0; s < kQStages; ++s) {

@@ -21,6 +21,10 @@ inline constexpr int kGatherThreads = 96;
 inline constexpr int kCompactThreads = 32;
 inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
 
+__device__ __forceinline__ const uint8_t* row_address(const DecodeParams& p, uint32_t row_offset_16) {
+  return p.kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
+}
+
 __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, int meta, int half,
                                                   int tid) {
   const int num_valid = smem.num_valid[meta];
@@ -29,7 +33,7 @@ __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPla
     const int key = piece / kChunksPerHalfRow;
     const int chunk = piece % kChunksPerHalfRow;
     const bool valid = key < num_valid;
-    const uint8_t* src = valid ? p.kv_cache + smem.row_offset[meta][key] + half * kHalfDims + chunk * 16 : p.kv_cache;
+    const uint8_t* src = valid ? row_address(p, smem.row_offset[meta][key]) + half * kHalfDims + chunk * 16 : p.kv_cache;
     ptx::cp_async_16(smem_u32(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
   }
   ptx::cp_async_commit();
@@ -76,7 +80,7 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
     // this warp 58% of its time (ncu, v4). row_offset[meta] is only rewritten by this warp, two
     // tokens from now.
     for (int key = lane; key < n; key += kCompactThreads) {
-      const uint8_t* row = p.kv_cache + smem.row_offset[meta][key];
+      const uint8_t* row = row_address(p, smem.row_offset[meta][key]);
 #pragma unroll
       for (int line = 0; line < kHeadDim; line += 128) prefetch_l2(row + line);
     }
