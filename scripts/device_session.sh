@@ -84,7 +84,7 @@ for step in $steps; do
       done
       ;;
     ncu)
-      # One profiled launch per kernel family and token count at H = 128 (NCU_KERNELS, NCU_TOKENS):
+      # One profiled launch per kernel family and token count at H = NCU_HEADS (default 128; NCU_KERNELS, NCU_TOKENS):
       # bandwidth, tensor pipe, stall reasons, and per-instruction stall samples (source page).
       # --clock-control none leaves the card's clocks alone (METHOD.md).
       # NCU_CLIS profiles several prebuilt CLIs (variants of an A/B) instead of this build's.
@@ -92,11 +92,11 @@ for step in $steps; do
         for kernel in ${NCU_KERNELS:-sm90 portable}; do
           for tokens in ${NCU_TOKENS:-2048}; do
             start=$SECONDS
-            rep="$logs/ncu_$(basename "$ncu_cli")_${kernel}_t$tokens"
+            rep="$logs/ncu_$(basename "$ncu_cli")_${kernel}_h${NCU_HEADS:-128}_t$tokens"
             timeout ${NCU_TIMEOUT:-120} ncu --clock-control none --launch-skip 2 --launch-count 1 -k "regex:decode_${kernel}" \
               --set full --import-source no -o "$rep" \
-              "$ncu_cli" bench --heads 128 --tokens "$tokens" --kernel "$kernel" --check-tokens 4 > "$rep.run.log" 2>&1
-            echo "ncu[$(basename "$ncu_cli") $kernel T=$tokens]: rc=$? ($((SECONDS - start)) s)" | tee -a "$summary"
+              "$ncu_cli" bench --heads "${NCU_HEADS:-128}" --tokens "$tokens" --kernel "$kernel" --check-tokens 4 > "$rep.run.log" 2>&1
+            echo "ncu[$(basename "$ncu_cli") $kernel H=${NCU_HEADS:-128} T=$tokens]: rc=$? ($((SECONDS - start)) s)" | tee -a "$summary"
             ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
             ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>&1
             grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per" "$rep.txt" | head -8 | tee -a "$summary"
