@@ -39,7 +39,8 @@ for step in $steps; do
       done
       ;;
     sanitize)
-      # SANITIZE_FILTER='*' runs the whole GPU suite; the six tool x kernel runs go in parallel
+      # SANITIZE_FILTER='*' runs the whole GPU suite; the six tool x kernel runs go in parallel.
+      # racecheck reports as "RACECHECK SUMMARY: N hazards", the other tools as "ERROR SUMMARY".
       # (one GPU, many cores: the float64 reference dominates the wall time).
       small=${SANITIZE_FILTER:-'GpuDecode.LengthsAroundTheWindow:GpuDecode.HolesInTheWindow:GpuDecode.AllEntriesMissing:GpuDecode.IdsOutOfRange:GpuDecode.StridedTensors:GpuDecode.SinksInfiniteAndFinite:GpuDecodeShapes.*H16_int32_bf16*:GpuDecodeShapes.*H128_int64_fp32*'}
       start=$SECONDS
@@ -53,7 +54,7 @@ for step in $steps; do
       for kernel in ${SANITIZE_KERNELS:-portable sm90}; do
         for tool in memcheck racecheck initcheck; do
           log="$logs/sanitize_${kernel}_$tool.log"
-          echo "sanitize[$kernel/$tool]: $(grep -cE '^\[       OK' "$log") tests OK, $(grep -E '^\[  (PASSED|FAILED)' "$log" | tr '\n' ' ') $(grep -E 'ERROR SUMMARY' "$log" | tail -1)" | tee -a "$summary"
+          echo "sanitize[$kernel/$tool]: $(grep -cE '^\[       OK' "$log") tests OK, $(grep -E '^\[  (PASSED|FAILED)' "$log" | tr '\n' ' ') $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1)" | tee -a "$summary"
         done
       done
       echo "sanitize: $((SECONDS - start)) s" | tee -a "$summary"

@@ -234,6 +234,10 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     read_offset = read_offset + kStageBytes == num_stages * kStageBytes ? 0 : read_offset + kStageBytes;
   }
 
+  // Without a tile in this CTA's range (an empty window, or a split rank left without tiles) no
+  // barrier separates the prologue's reads of exchange.row_max (the q scales) from the writes in
+  // combine_row_sums: racecheck found a fast warp overwriting what a slow one still read.
+  if (tile_begin >= tile_end) group_barrier(group);
   combine_row_sums(smem.exchange[group], group, quarter, lane, rows);
   if constexpr (kSplitWindow) {
     // Every warp is done with the f16 tile, the q fragments and the exchanges: the partials go over

@@ -157,7 +157,7 @@ __device__ __forceinline__ void combine_row_sums(GroupExchange& ex, int group, i
   const int row = lane / 4;
   const float mine[2] = {quad_sum(state.sum[0]), quad_sum(state.sum[1])};
   // Safe to overwrite row_max: every warp of the group read it before the last tile's second
-  // barrier, which this warp has passed.
+  // barrier, which this warp has passed (with no tile, before the barrier the kernel adds).
   if (lane % 4 == 0) {
     ex.row_max[row][quarter] = mine[0];
     ex.row_max[row + 8][quarter] = mine[1];
