@@ -15,8 +15,6 @@ inline constexpr int kQStages = 4;  // chunks 0-3 of the next token land during 
 inline constexpr int kHalves = 2;
 inline constexpr int kHalfDims = kHeadDim / kHalves;      // 256 = the N of one PV wgmma
 inline constexpr int kBlocksPerHalf = kHalfDims / kBlockDims;  // 4
-inline constexpr int kQuarterDims = kHalfDims / 2;   // 128: the producer's unit of gather
-inline constexpr int kStagingBuffers = 2;
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kThreads = 3 * kWarpgroupThreads;  // WG 0 produces, WG 1 and 2 consume
 inline constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
@@ -36,9 +34,7 @@ struct SmemPlan {
   // K-major for S = Q K^T, MN-major for O = P V: the same bytes serve both (canonical SW128).
   alignas(1024) uint8_t kv[kHalves][kBlocksPerHalf][kKeys][kRowBytes];
   alignas(1024) uint8_t q[2][kQStages][kSlabHeads][kRowBytes];  // per consumer: TMA SW128 ring
-  // e4m3 rows, one 128-dim quarter of the window per buffer, 16-byte chunks XOR-swizzled by key % 8:
-  // a quarter's gather lands while the previous quarter is dequantized.
-  alignas(128) uint8_t staging[kStagingBuffers][kKeys][kQuarterDims];
+  alignas(128) uint8_t staging[kKeys][kHalfDims];  // e4m3, 16-byte chunks XOR-swizzled by key % 16
   uint32_t row_offset[2][kKeys];  // compacted entries in 16-byte units, double buffered by token
   float inv_scale[2][kKeys];
   int num_valid[2];
