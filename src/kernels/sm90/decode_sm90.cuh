@@ -6,7 +6,7 @@
 //    staging buffer (32 KiB = half a window) and dequantize them into the bf16 K/V tile, one
 //    256-dim half at a time;
 //  * two consumers (WG 1, 2), 64 heads each (the wgmma M): S = Q K^T with Q streamed by TMA in
-//    64-dim chunks through a private 3-stage ring, one-pass softmax in registers (the whole
+//    64-dim chunks through a private 4-stage ring, one-pass softmax in registers (the whole
 //    window fits: no rescaling), then O = P V for each 256-dim half (m64n256k16, P from registers).
 // The K/V tile is split in halves so the producer refills half 0 for the next token while the
 // consumers still multiply with half 1: the tensor cores never wait for a full-window refill.
