@@ -39,9 +39,9 @@ for step in $steps; do
       done
       ;;
     sanitize)
-      # SANITIZE_FILTER='*' runs the whole GPU suite; the six tool x kernel runs go in parallel.
-      # racecheck reports as "RACECHECK SUMMARY: N hazards", the other tools as "ERROR SUMMARY".
-      # (one GPU, many cores: the float64 reference dominates the wall time).
+      # SANITIZE_FILTER='*' runs the whole GPU suite; the six tool x kernel runs go in parallel
+      # (one GPU, many cores: the float64 reference dominates the wall time). racecheck ends its log
+      # with "RACECHECK SUMMARY: N hazards", the other tools with "ERROR SUMMARY: N errors".
       small=${SANITIZE_FILTER:-'GpuDecode.LengthsAroundTheWindow:GpuDecode.HolesInTheWindow:GpuDecode.AllEntriesMissing:GpuDecode.IdsOutOfRange:GpuDecode.StridedTensors:GpuDecode.SinksInfiniteAndFinite:GpuDecodeShapes.*H16_int32_bf16*:GpuDecodeShapes.*H128_int64_fp32*'}
       start=$SECONDS
       for kernel in ${SANITIZE_KERNELS:-portable sm90}; do
@@ -85,7 +85,8 @@ for step in $steps; do
       done
       ;;
     ncu)
-      # One profiled launch per kernel family and token count at H = NCU_HEADS (default 128; NCU_KERNELS, NCU_TOKENS):
+      # One profiled launch per kernel family and token count (NCU_KERNELS, NCU_TOKENS) at
+      # H = NCU_HEADS (default 128):
       # bandwidth, tensor pipe, stall reasons, and per-instruction stall samples (source page).
       # --clock-control none leaves the card's clocks alone (METHOD.md).
       # NCU_CLIS profiles several prebuilt CLIs (variants of an A/B) instead of this build's.

@@ -37,8 +37,8 @@ __device__ __forceinline__ void store_row_offset(uint32_t* dst, int64_t bytes) {
 
 // Writes, for each valid entry of `token` in column order, the offset of its cache row from
 // p.kv_cache to s_row_offset[0, n) (store_row_offset) and its inverse scale to s_inv_scale[0, n);
-// returns n. The
-// 64-bit slot -> (block, offset) division happens here once per entry, not once per copy.
+// returns n. The 64-bit slot -> (block, offset) division happens here once per entry, not once
+// per copy.
 // Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
 // exactly those threads. s_warp_counts needs kThreads / 32 ints. On return every entry written is
 // visible to all participating threads (the last write is followed by `sync`).
