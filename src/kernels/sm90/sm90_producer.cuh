@@ -4,13 +4,11 @@
 
 #include <cstdint>
 
-#include "src/common/device_ptx.cuh"
 #include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
 #include "src/common/window_compaction.cuh"
-#include "src/kernels/sm90/sm90_gmma.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
-#include "src/kernels/sm90/sm90_ptx.cuh"
 
 namespace swa_decode::sm90 {
 
@@ -34,7 +32,7 @@ __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPla
     const int chunk = piece % kChunksPerHalfRow;
     const bool valid = key < num_valid;
     const uint8_t* src = valid ? row_address(p, smem.row_offset[meta][key]) + half * kHalfDims + chunk * 16 : p.kv_cache;
-    ptx::cp_async_16(smem_u32(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
+    ptx::cp_async_16(ptx::smem_addr(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
   }
   ptx::cp_async_commit();
 }
@@ -67,12 +65,12 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
   int it = 0;
   for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
-    mbarrier_wait(&smem.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
+    ptx::mbarrier_wait(&smem.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
     const int n = compact_window<kCompactThreads>(
         p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], smem.warp_counts);
     if (lane == 0) smem.num_valid[meta] = n;
     __syncwarp();
-    mbarrier_arrive(&smem.meta_full[meta]);
+    ptx::mbarrier_arrive(&smem.meta_full[meta]);
     // The rows are gathered a half at a time once the previous token's tile is free: pulling them
     // into L2 now takes the HBM latency off that later gather. Plain per-lane prefetches of each
     // 128-byte line, after the arrive so the gather warps never wait for them: the bulk prefetch
@@ -82,7 +80,7 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
     for (int key = lane; key < n; key += kCompactThreads) {
       const uint8_t* row = row_address(p, smem.row_offset[meta][key]);
 #pragma unroll
-      for (int line = 0; line < kHeadDim; line += 128) prefetch_l2(row + line);
+      for (int line = 0; line < kHeadDim; line += 128) ptx::prefetch_l2(row + line);
     }
   }
 }
@@ -91,7 +89,7 @@ __device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan
   const int tid = threadIdx.x;  // 0..95
   const int first = blockIdx.x;
   if (first >= p.num_tokens) return;
-  mbarrier_wait(&smem.meta_full[0], 0);
+  ptx::mbarrier_wait(&smem.meta_full[0], 0);
   issue_half_gather(p, smem, 0, 0, tid);
   int it = 0;
   for (int token = first; token < p.num_tokens; token += gridDim.x, ++it) {
@@ -100,16 +98,16 @@ __device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan
 #pragma unroll
     for (int half = 0; half < kHalves; ++half) {
       ptx::cp_async_wait<0>();
-      named_barrier_sync(kProducerBarrier, kGatherThreads);  // the whole half landed
-      mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
+      ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // the whole half landed
+      ptx::mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
       dequantize_half(smem, half, tid);
-      fence_proxy_async_shared();
-      named_barrier_sync(kProducerBarrier, kGatherThreads);  // staging free again
-      mbarrier_arrive(&smem.kv_full[half]);
+      ptx::fence_proxy_async_shared();
+      ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
+      ptx::mbarrier_arrive(&smem.kv_full[half]);
       if (half == 0) {
         issue_half_gather(p, smem, meta, 1, tid);
       } else if (next < p.num_tokens) {
-        mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
+        ptx::mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
         issue_half_gather(p, smem, meta ^ 1, 0, tid);
       }
     }
