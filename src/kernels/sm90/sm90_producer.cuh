@@ -23,9 +23,9 @@ __device__ __forceinline__ const uint8_t* row_address(const DecodeParams& p, uin
   return p.kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
 }
 
-__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, int meta, int half,
-                                                  int tid) {
-  const int num_valid = smem.num_valid[meta];
+__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, const SmemSync& sync,
+                                                  int meta, int half, int tid) {
+  const int num_valid = sync.num_valid[meta];
 #pragma unroll 4
   for (int piece = tid; piece < kKeys * kChunksPerHalfRow; piece += kGatherThreads) {
     const int key = piece / kChunksPerHalfRow;
@@ -60,17 +60,17 @@ __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int ti
   }
 }
 
-__device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemPlan& smem) {
+__device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemPlan& smem, SmemSync& sync) {
   const int lane = threadIdx.x % 32;
   int it = 0;
   for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
-    ptx::mbarrier_wait(&smem.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
+    ptx::mbarrier_wait(&sync.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
     const int n = compact_window<kCompactThreads>(
-        p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], smem.warp_counts);
-    if (lane == 0) smem.num_valid[meta] = n;
+        p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], sync.warp_counts);
+    if (lane == 0) sync.num_valid[meta] = n;
     __syncwarp();
-    ptx::mbarrier_arrive(&smem.meta_full[meta]);
+    ptx::mbarrier_arrive(&sync.meta_full[meta]);
     // The rows are gathered a half at a time once the previous token's tile is free: pulling them
     // into L2 now takes the HBM latency off that later gather. Plain per-lane prefetches of each
     // 128-byte line, after the arrive so the gather warps never wait for them: the bulk prefetch
@@ -85,12 +85,12 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
   }
 }
 
-__device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan& smem) {
+__device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan& smem, SmemSync& sync) {
   const int tid = threadIdx.x;  // 0..95
   const int first = blockIdx.x;
   if (first >= p.num_tokens) return;
-  ptx::mbarrier_wait(&smem.meta_full[0], 0);
-  issue_half_gather(p, smem, 0, 0, tid);
+  ptx::mbarrier_wait(&sync.meta_full[0], 0);
+  issue_half_gather(p, smem, sync, 0, 0, tid);
   int it = 0;
   for (int token = first; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
@@ -99,16 +99,16 @@ __device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan
     for (int half = 0; half < kHalves; ++half) {
       ptx::cp_async_wait<0>();
       ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // the whole half landed
-      ptx::mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
+      ptx::mbarrier_wait(&sync.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
       dequantize_half(smem, half, tid);
       ptx::fence_proxy_async_shared();
       ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
-      ptx::mbarrier_arrive(&smem.kv_full[half]);
+      ptx::mbarrier_arrive(&sync.kv_full[half]);
       if (half == 0) {
-        issue_half_gather(p, smem, meta, 1, tid);
+        issue_half_gather(p, smem, sync, meta, 1, tid);
       } else if (next < p.num_tokens) {
-        ptx::mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
-        issue_half_gather(p, smem, meta ^ 1, 0, tid);
+        ptx::mbarrier_wait(&sync.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
+        issue_half_gather(p, smem, sync, meta ^ 1, 0, tid);
       }
     }
   }
