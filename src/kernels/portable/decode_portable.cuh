@@ -14,10 +14,11 @@
 
 #include <cstdint>
 
-#include "src/common/device_ptx.cuh"
 #include "src/common/dim_permutation.cuh"
 #include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
+#include "src/common/ptx/sm80.cuh"
+#include "src/common/ptx/sm90.cuh"
 #include "src/common/softmax_finalize.cuh"
 #include "src/common/window_compaction.cuh"
 #include "src/kernels/portable/launch_portable.h"
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   // CTAs start in blockIdx.x-fastest order; numbering them token-major makes the head blocks of
   // one token neighbours, so their gathers of the same window rows meet in L2 instead of HBM.
   const int64_t cta = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
-  const int token = kSplitWindow ? static_cast<int>(blockIdx.x) / cluster_size() : static_cast<int>(cta / gridDim.y);
+  const int token = kSplitWindow ? static_cast<int>(blockIdx.x) / ptx::cluster_size() : static_cast<int>(cta / gridDim.y);
   const int head_block = kSplitWindow ? static_cast<int>(blockIdx.y) : static_cast<int>(cta % gridDim.y);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -152,8 +153,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   int tile_begin = 0;
   int tile_end = num_tiles;
   if constexpr (kSplitWindow) {
-    const int per_rank = (num_tiles + cluster_size() - 1) / cluster_size();
-    tile_begin = min(cluster_rank() * per_rank, num_tiles);
+    const int per_rank = (num_tiles + ptx::cluster_size() - 1) / ptx::cluster_size();
+    tile_begin = min(ptx::cluster_rank() * per_rank, num_tiles);
     tile_end = min(tile_begin + per_rank, num_tiles);
   }
   // Copies past this CTA's last tile commit empty groups (issue_tile_copy skips tiles past the window).
@@ -248,10 +249,10 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     float2* row_stats = reinterpret_cast<float2*>(&smem.exchange[0].probs[0][0]);
     __syncthreads();
     park_split_partials(partials, row_stats, o_acc, rows, group, quarter, lane);
-    cluster_barrier();
+    ptx::cluster_barrier();
     combine_split_partials<kThreads, kHeadGroups * kHeadsPerGroup>(p, partials, row_stats, smem.sinks, token,
                                                                    head_block * kHeadGroups * kHeadsPerGroup, value_norm);
-    cluster_barrier_relaxed();  // no CTA leaves while another still reads its partials
+    ptx::cluster_barrier_relaxed();  // no CTA leaves while another still reads its partials
   } else {
     // Normalize (sink, LSE) and store: four n8 blocks of a 32-dim group are 8 contiguous dims.
 #pragma unroll

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "src/common/fp8_convert.cuh"
+#include "src/common/ptx/sm80.cuh"
 #include "src/common/softmax_finalize.cuh"
 #include "src/kernels/portable/portable_plan.h"
 
@@ -33,18 +34,8 @@ struct GroupExchange {
 };
 static_assert(sizeof(GroupExchange) == kGroupExchangeBytes, "portable_plan.h sizes GroupExchange");
 
-// 2^x for x <= kRescaleSlack or -inf: one MUFU.EX2, no range fix-up. Results below 2^-126 flush
-// to 0, which the softmax cannot tell from the exact value next to the max's 1.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Barrier of the group's 128 threads only (id 0 is __syncthreads).
-__device__ __forceinline__ void group_barrier(int group) {
-  asm volatile("bar.sync %0, %1;" ::"r"(group + 1), "n"(kWarpsPerGroup * 32) : "memory");
-}
+__device__ __forceinline__ void group_barrier(int group) { ptx::named_barrier_sync<kWarpsPerGroup * 32>(group + 1); }
 
 // Layout of the partial scores in `exchange` (16 x 32 x 4 floats per group): [fragment register
 // (n8 block n, register r)][lane][quarter], each lane's quarters rotated by lane / 8 so that a
@@ -112,7 +103,7 @@ __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float new_max = fmaxf(state.max[h], tile_max[h]);
-      alpha[h] = exp2_approx(state.max[h] - new_max);
+      alpha[h] = ptx::exp2_approx(state.max[h] - new_max);
       state.max[h] = new_max;
       state.sum[h] *= alpha[h];
     }
@@ -130,7 +121,9 @@ __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first
   float prob[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    prob[r] = exp2_approx(scores[r] - state.max[r / 2]);
+    // ptx::exp2_approx needs no range fix-up here: the argument is <= kRescaleSlack or -inf, and
+    // the 2^-126 it flushes to 0 cannot be told from the exact value next to the max's 1.
+    prob[r] = ptx::exp2_approx(scores[r] - state.max[r / 2]);
     state.sum[r / 2] += prob[r];
   }
   // The numerator carries the inverse scale: out = value_norm * sum_j (p_j * inv_scale_j /

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
-#include "src/common/device_ptx.cuh"
 #include "src/common/dim_permutation.cuh"
 #include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
+#include "src/common/ptx/sm80.cuh"
 #include "src/kernels/portable/portable_plan.h"
 
 namespace swa_decode::portable {
@@ -83,8 +83,7 @@ __device__ __forceinline__ void issue_tile_copy_width(const DecodeParams& p, con
       } else {
 #pragma unroll
         for (int piece = 0; piece < kChunkBytes; piece += kWidth) {
-          asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst + piece), "l"(src + piece),
-                       "n"(kWidth), "r"(src_bytes));
+          ptx::cp_async_ca<kWidth>(dst + piece, src + piece, src_bytes);
         }
       }
     }

@@ -19,69 +19,14 @@
 
 #include <cstdint>
 
-#include "src/common/device_ptx.cuh"
 #include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
 #include "src/common/softmax_finalize.cuh"
 #include "src/kernels/portable/group_softmax.cuh"
 #include "src/kernels/portable/portable_plan.h"
 
 namespace swa_decode::portable {
-
-// Cluster primitives (PTX ISA 7.8, sm_90). The split kernel is only launched on sm_90 and newer
-// (select_kernel.cpp); older targets compile it to a trap.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return static_cast<int>(rank);
-}
-__device__ __forceinline__ int cluster_size() {
-  uint32_t size;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(size));
-  return static_cast<int>(size);
-}
-// Every thread of every CTA of the cluster. The release/acquire form orders each CTA's
-// shared-memory writes before the other CTAs' reads after it; the relaxed form only keeps CTAs
-// alive until every remote read of their shared memory has returned (its values are in use).
-__device__ __forceinline__ void cluster_barrier() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
-}
-__device__ __forceinline__ void cluster_barrier_relaxed() {
-  asm volatile(
-      "barrier.cluster.arrive.relaxed.aligned;\n"
-      "barrier.cluster.wait.aligned;\n" ::
-          : "memory");
-}
-// The shared-memory address `local` (of this CTA's plan) in CTA `rank` of the cluster.
-__device__ __forceinline__ uint32_t cluster_address(uint32_t local, int rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-// Not volatile: the loads after a cluster barrier (which clobbers memory) may be batched.
-__device__ __forceinline__ float4 load_cluster_f32x4(uint32_t address) {
-  float4 v;
-  asm("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address));
-  return v;
-}
-__device__ __forceinline__ float2 load_cluster_f32x2(uint32_t address) {
-  float2 v;
-  asm("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
-  return v;
-}
-#else
-__device__ __forceinline__ int cluster_rank() { __trap(); }
-__device__ __forceinline__ int cluster_size() { __trap(); }
-__device__ __forceinline__ void cluster_barrier() { __trap(); }
-__device__ __forceinline__ void cluster_barrier_relaxed() { __trap(); }
-__device__ __forceinline__ uint32_t cluster_address(uint32_t, int) { __trap(); }
-__device__ __forceinline__ float4 load_cluster_f32x4(uint32_t) { __trap(); }
-__device__ __forceinline__ float2 load_cluster_f32x2(uint32_t) { __trap(); }
-#endif
 
 // Where a CTA parks its partial output: [head of the block][128 chunks of 4 dims], chunk c of head
 // h stored at c ^ (h & 7) so that the 8 rows a warp's quarter writes at once (fragment rows g)
@@ -120,11 +65,11 @@ template <int kThreads, int kHeadsPerBlock>
 __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, const uint8_t* partials, const float2* row_stats,
                                                        const float* sinks, int token, int first_head, float value_norm) {
   constexpr int kItemsPerHead = kHeadDim / 8;  // 16-byte stores of 8 bf16
-  const int splits = cluster_size();
-  const int rank = cluster_rank();
+  const int splits = ptx::cluster_size();
+  const int rank = ptx::cluster_rank();
   const int heads_per_rank = kHeadsPerBlock / splits;
-  const uint32_t partials_base = static_cast<uint32_t>(__cvta_generic_to_shared(partials));
-  const uint32_t stats_base = static_cast<uint32_t>(__cvta_generic_to_shared(row_stats));
+  const uint32_t partials_base = ptx::smem_addr(partials);
+  const uint32_t stats_base = ptx::smem_addr(row_stats);
   for (int item = threadIdx.x; item < heads_per_rank * kItemsPerHead; item += kThreads) {
     const int local_head = rank * heads_per_rank + item / kItemsPerHead;
     const int head = first_head + local_head;
@@ -136,9 +81,9 @@ __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, co
 #pragma unroll
     for (int s = 0; s < kMaxWindowSplits; ++s) {
       if (s < splits) {
-        stats[s] = load_cluster_f32x2(cluster_address(stats_base + local_head * 8, s));
-        lo[s] = load_cluster_f32x4(cluster_address(partials_base + partial_chunk_offset(local_head, chunk), s));
-        hi[s] = load_cluster_f32x4(cluster_address(partials_base + partial_chunk_offset(local_head, chunk + 1), s));
+        stats[s] = ptx::load_cluster_f32x2(ptx::cluster_address(stats_base + local_head * 8, s));
+        lo[s] = ptx::load_cluster_f32x4(ptx::cluster_address(partials_base + partial_chunk_offset(local_head, chunk), s));
+        hi[s] = ptx::load_cluster_f32x4(ptx::cluster_address(partials_base + partial_chunk_offset(local_head, chunk + 1), s));
       } else {
         stats[s] = make_float2(-INFINITY, 0.0f);
         lo[s] = hi[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -152,7 +97,7 @@ __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, co
     if (max_log2 != -INFINITY) {  // otherwise no CTA saw a valid entry: out = 0, lse = -inf
 #pragma unroll
       for (int s = 0; s < kMaxWindowSplits; ++s) {
-        const float weight = exp2_approx(stats[s].x - max_log2);  // 0 for a CTA without entries
+        const float weight = ptx::exp2_approx(stats[s].x - max_log2);  // 0 for a CTA without entries
         sum_exp += weight * stats[s].y;
         acc[0] += weight * lo[s].x;
         acc[1] += weight * lo[s].y;

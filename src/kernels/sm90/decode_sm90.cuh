@@ -16,48 +16,50 @@
 #include <cuda.h>
 
 #include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
 #include "src/kernels/sm90/sm90_consumer.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "src/kernels/sm90/sm90_producer.cuh"
-#include "src/kernels/sm90/sm90_ptx.cuh"
 
 namespace swa_decode::sm90 {
 
 __global__ void __launch_bounds__(kThreads, 1)
     decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  // The 128-byte swizzle of the K/V tile and the q ring is defined on 1024-aligned addresses.
-  if ((smem_u32(smem_raw) & 1023u) != 0) __trap();
-  SmemPlan& smem = *reinterpret_cast<SmemPlan*>(smem_raw);
+  // CUDA promises the base 16-byte alignment only; the swizzled tiles need 1024, so the plan
+  // starts at the next 1024-aligned address and the barriers fill the gap or follow it.
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const SmemLayout layout = smem_layout(ptx::smem_addr(smem_raw) % kSwizzleAtomBytes);
+  SmemPlan& smem = *reinterpret_cast<SmemPlan*>(smem_raw + layout.plan_offset);
+  SmemSync& sync = *reinterpret_cast<SmemSync*>(smem_raw + layout.sync_offset);
   if (threadIdx.x == 0) {
-    prefetch_tensor_map(&q_map);
+    ptx::prefetch_tensor_map(&q_map);
     for (int s = 0; s < kQStages; ++s) {
-      mbarrier_init(&smem.q_full[0][s], 1);
-      mbarrier_init(&smem.q_full[1][s], 1);
+      ptx::mbarrier_init(&sync.q_full[0][s], 1);
+      ptx::mbarrier_init(&sync.q_full[1][s], 1);
     }
     for (int h = 0; h < kHalves; ++h) {
-      mbarrier_init(&smem.kv_full[h], kGatherThreads);
-      mbarrier_init(&smem.kv_empty[h], kConsumerThreads);
+      ptx::mbarrier_init(&sync.kv_full[h], kGatherThreads);
+      ptx::mbarrier_init(&sync.kv_empty[h], kConsumerThreads);
     }
     for (int m = 0; m < 2; ++m) {
-      mbarrier_init(&smem.meta_full[m], kCompactThreads);
-      mbarrier_init(&smem.meta_empty[m], kConsumerThreads);
+      ptx::mbarrier_init(&sync.meta_full[m], kCompactThreads);
+      ptx::mbarrier_init(&sync.meta_empty[m], kConsumerThreads);
     }
-    fence_barrier_init();
+    ptx::fence_barrier_init();
   }
   __syncthreads();
 
   const int wg = threadIdx.x / kWarpgroupThreads;
   if (wg == 0) {
-    setmaxnreg_dec<kProducerRegisters>();
+    ptx::setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x < kGatherThreads) {
-      run_gather_warps(p, smem);
+      run_gather_warps(p, smem, sync);
     } else {
-      run_compaction_warp(p, smem);
+      run_compaction_warp(p, smem, sync);
     }
   } else {
-    setmaxnreg_inc<kConsumerRegisters>();
+    ptx::setmaxnreg_inc<kConsumerRegisters>();
     const bool two_slabs = p.num_heads > kSlabHeads;
     ConsumerRole role;
     role.wg = wg - 1;
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     role.first_half = two_slabs ? 0 : role.wg;
     role.last_half = two_slabs ? kHalves - 1 : role.wg;
     role.writes_lse = two_slabs || role.wg == 0;
-    run_consumer(p, q_map, smem, role);
+    run_consumer(p, q_map, smem, sync, role);
   }
 #endif
 }

@@ -7,13 +7,12 @@
 #include <cstdint>
 #include <utility>
 
-#include "src/common/device_ptx.cuh"
 #include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
 #include "src/common/softmax_finalize.cuh"
 #include "src/kernels/sm90/sm90_gmma.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
-#include "src/kernels/sm90/sm90_ptx.cuh"
 
 namespace swa_decode::sm90 {
 
@@ -26,13 +25,13 @@ struct ConsumerRole {
 };
 
 __device__ __forceinline__ void issue_q_chunk(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
-                                              const ConsumerRole& role, int chunk_seq) {
+                                              SmemSync& sync, const ConsumerRole& role, int chunk_seq) {
   const int token = blockIdx.x + (chunk_seq / kQChunks) * gridDim.x;
   if (token >= p.num_tokens) return;
   const int stage = chunk_seq % kQStages;
-  uint64_t* bar = &smem.q_full[role.wg][stage];
-  mbarrier_arrive_expect_tx(bar, kQChunkBytes);
-  tma_load_3d(smem.q[role.wg][stage], &q_map, bar, (chunk_seq % kQChunks) * kBlockDims, role.slab * kSlabHeads, token);
+  uint64_t* bar = &sync.q_full[role.wg][stage];
+  ptx::mbarrier_arrive_expect_tx(bar, kQChunkBytes);
+  ptx::tma_load_3d(smem.q[role.wg][stage], &q_map, bar, (chunk_seq % kQChunks) * kBlockDims, role.slab * kSlabHeads, token);
 }
 
 // 4x4 transpose of 32-bit words across the 4 lanes of a quad: lane q's word j becomes lane j's
@@ -57,7 +56,7 @@ __device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int quad_lane) 
 }
 
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
-                                             const ConsumerRole& role) {
+                                             SmemSync& sync, const ConsumerRole& role) {
   const int wtid = threadIdx.x % kWarpgroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
@@ -71,41 +70,41 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
   const float sink_hi = p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY;
 
   if (wtid == 0) {
-    for (int c = 0; c < kQStages; ++c) issue_q_chunk(p, q_map, smem, role, c);
+    for (int c = 0; c < kQStages; ++c) issue_q_chunk(p, q_map, smem, sync, role, c);
   }
   int it = 0;
   for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
-    mbarrier_wait(&smem.meta_full[meta], (it >> 1) & 1);
-    const int num_valid = smem.num_valid[meta];
+    ptx::mbarrier_wait(&sync.meta_full[meta], (it >> 1) & 1);
+    const int num_valid = sync.num_valid[meta];
     // ---- S = Q K^T over 8 chunks of 64 dims ----
     float s[64];
     fence_accumulators(s);
 #pragma unroll
     for (int c = 0; c < kQChunks; ++c) {
       const int seq = it * kQChunks + c;
-      if (c % kBlocksPerHalf == 0) mbarrier_wait(&smem.kv_full[c / kBlocksPerHalf], it & 1);
-      mbarrier_wait(&smem.q_full[role.wg][seq % kQStages], (seq / kQStages) & 1);
+      if (c % kBlocksPerHalf == 0) ptx::mbarrier_wait(&sync.kv_full[c / kBlocksPerHalf], it & 1);
+      ptx::mbarrier_wait(&sync.q_full[role.wg][seq % kQStages], (seq / kQStages) & 1);
       cute::warpgroup_arrive();
-      const uint32_t q_base = smem_u32(smem.q[role.wg][seq % kQStages]);
-      const uint32_t k_base = smem_u32(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf]);
+      const uint32_t q_base = ptx::smem_addr(smem.q[role.wg][seq % kQStages]);
+      const uint32_t k_base = ptx::smem_addr(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf]);
 #pragma unroll
       for (int k = 0; k < kBlockDims / 16; ++k) {
-        const uint64_t desc_q = make_smem_desc_sw128(q_base + k * 32, 16, 1024);
-        const uint64_t desc_k = make_smem_desc_sw128(k_base + k * 32, 16, 1024);
+        const uint64_t desc_q = ptx::make_smem_desc_sw128(q_base + k * 32, 16, 1024);
+        const uint64_t desc_k = ptx::make_smem_desc_sw128(k_base + k * 32, 16, 1024);
         gmma_qk_impl(s, desc_q, desc_k, (c | k) != 0, std::make_index_sequence<64>{});
       }
       cute::warpgroup_commit_batch();
       if (c >= 1) {
         cute::warpgroup_wait<1>();
-        if (wtid == 0) issue_q_chunk(p, q_map, smem, role, seq - 1 + kQStages);  // its stage is free
+        if (wtid == 0) issue_q_chunk(p, q_map, smem, sync, role, seq - 1 + kQStages);  // its stage is free
       }
     }
     cute::warpgroup_wait<0>();
     fence_accumulators(s);
-    if (wtid == 0) issue_q_chunk(p, q_map, smem, role, it * kQChunks + kQChunks - 1 + kQStages);
+    if (wtid == 0) issue_q_chunk(p, q_map, smem, sync, role, it * kQChunks + kQChunks - 1 + kQStages);
     for (int half = 0; half < kHalves; ++half) {
-      if (half < role.first_half || half > role.last_half) mbarrier_arrive(&smem.kv_empty[half]);
+      if (half < role.first_half || half > role.last_half) ptx::mbarrier_arrive(&sync.kv_empty[half]);
     }
 
     // ---- softmax over the whole window in one pass (log2 domain) ----
@@ -145,7 +144,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       p_frag[i / 2][(i & 1) * 2 + 0] = pack_bf16x2(prob[0] * v0, prob[1] * v1);
       p_frag[i / 2][(i & 1) * 2 + 1] = pack_bf16x2(prob[2] * v0, prob[3] * v1);
     }
-    mbarrier_arrive(&smem.meta_empty[meta]);
+    ptx::mbarrier_arrive(&sync.meta_empty[meta]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       row_sum[h] = quad_sum(row_sum[h]);
@@ -167,17 +166,17 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
 #pragma unroll
         for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
       cute::warpgroup_arrive();
-      const uint32_t v_base = smem_u32(smem.kv[half][0][0]);
+      const uint32_t v_base = ptx::smem_addr(smem.kv[half][0][0]);
 #pragma unroll
       for (int ks = 0; ks < kKeys / 16; ++ks) {
         // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO 16 KiB).
-        const uint64_t desc_v = make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
+        const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
         gmma_pv_impl(o, p_frag[ks], desc_v, ks != 0, std::make_index_sequence<128>{});
       }
       cute::warpgroup_commit_batch();
       cute::warpgroup_wait<0>();
       fence_accumulators(o);
-      mbarrier_arrive(&smem.kv_empty[half]);
+      ptx::mbarrier_arrive(&sync.kv_empty[half]);
 
 #pragma unroll
       for (int r = 0; r < 2; ++r) {

@@ -31,8 +31,4 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
   for (int i = 0; i < N; ++i) cute::warpgroup_fence_operand(d[i]);
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
 }  // namespace swa_decode::sm90

@@ -29,6 +29,13 @@ static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegister
 inline constexpr uint32_t kQChunkBytes = kSlabHeads * kRowBytes;  // 8 KiB per TMA
 inline constexpr uint32_t kProducerBarrier = 1;  // named barrier id for the producer warpgroup
 
+// The 128-byte swizzle of the K/V tile and the q ring (TMA writes it, wgmma reads it with a
+// descriptor whose base-offset field is 0) is defined on 1024-byte atoms: 8 rows of 128 B.
+inline constexpr uint32_t kSwizzleAtomBytes = 1024;
+// All CUDA promises for the start of dynamic shared memory.
+inline constexpr uint32_t kDynamicSmemAlign = 16;
+
+// Tiles and compacted window: sizeof is 226 KiB, a multiple of its 1024-byte alignment.
 struct SmemPlan {
   // bf16 K/V rows: [half][64-dim block][key][128 B], 16-byte chunks XOR-swizzled by key % 8.
   // K-major for S = Q K^T, MN-major for O = P V: the same bytes serve both (canonical SW128).
@@ -37,17 +44,73 @@ struct SmemPlan {
   alignas(128) uint8_t staging[kKeys][kHalfDims];  // e4m3, 16-byte chunks XOR-swizzled by key % 16
   uint32_t row_offset[2][kKeys];  // compacted entries in 16-byte units, double buffered by token
   float inv_scale[2][kKeys];
+};
+// The per-token counts and the mbarriers (144 B), kept out of SmemPlan so that they can sit in
+// the gap that aligning SmemPlan leaves before it, or after it when the gap is too small.
+struct SmemSync {
   int num_valid[2];
-  int warp_counts[1];                              // the compaction runs on one warp
+  int warp_counts[1];  // the compaction runs on one warp
   uint64_t q_full[2][kQStages];
   uint64_t kv_full[kHalves];
   uint64_t kv_empty[kHalves];
   uint64_t meta_full[2];
   uint64_t meta_empty[2];
 };
-// No slack for aligning the base: the plan fills sm_90's 227 KiB per block, and a block's dynamic
-// shared memory starts 1024-aligned there (the kernel traps otherwise; every GPU test runs it).
-inline constexpr int kSmemBytes = static_cast<int>(sizeof(SmemPlan));
+static_assert(sizeof(SmemPlan) % kSwizzleAtomBytes == 0 && alignof(SmemPlan) == kSwizzleAtomBytes,
+              "smem_layout places SmemSync right after SmemPlan");
+static_assert(alignof(SmemSync) <= kDynamicSmemAlign, "smem_layout places SmemSync at 16-byte offsets");
+// kv 131072 + q 65536 + staging 32768 + row_offset 1024 + inv_scale 1024 = 231424 B = 226 KiB;
+// 3 counts (12 B, padded to 16) + 16 mbarriers x 8 B = 144 B.
+static_assert(sizeof(SmemPlan) == 226 * 1024 && sizeof(SmemSync) == 144, "the sizes the comments here use");
+
+// Where the two blocks start, in bytes from the dynamic shared-memory base.
+struct SmemLayout {
+  uint32_t plan_offset;  // base + plan_offset is 1024-aligned
+  uint32_t sync_offset;
+  uint32_t end;  // bytes used from the base
+};
+
+// The layout for a base whose shared-state-space address is base_residue modulo 1024 (a multiple
+// of 16): SmemPlan at the next 1024-aligned address, SmemSync in the gap before it when the gap
+// (0 to 1008 B) holds its 144 B, else right after it.
+constexpr SmemLayout smem_layout(uint32_t base_residue) {
+  const uint32_t plan_offset = (kSwizzleAtomBytes - base_residue % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  const uint32_t plan_end = plan_offset + static_cast<uint32_t>(sizeof(SmemPlan));
+  if (plan_offset >= sizeof(SmemSync)) return SmemLayout{plan_offset, 0, plan_end};
+  return SmemLayout{plan_offset, plan_end, plan_end + static_cast<uint32_t>(sizeof(SmemSync))};
+}
+
+// Bytes the launch asks for: the largest end over every base residue. The worst is a base 16
+// bytes past a 1024 boundary: 1008 bytes of gap (SmemSync inside it) + 226 KiB = 232432 B, 16
+// below sm_90's 227 KiB per block. The kernel then runs wherever the base lies, instead of trapping.
+constexpr uint32_t largest_layout_end() {
+  uint32_t end = 0;
+  for (uint32_t residue = 0; residue < kSwizzleAtomBytes; residue += kDynamicSmemAlign) {
+    end = smem_layout(residue).end > end ? smem_layout(residue).end : end;
+  }
+  return end;
+}
+inline constexpr int kSmemBytes = static_cast<int>(largest_layout_end());
+static_assert(kSmemBytes == 1008 + 226 * 1024, "the worst case named above");
 static_assert(kSmemBytes <= 227 * 1024, "sm_90 plan exceeds the 227 KiB select_kernel checks for");
+
+// For every residue: SmemPlan 1024-aligned, SmemSync aligned, the two disjoint, both inside
+// kSmemBytes (tests/cpu/test_sm90_smem_layout.cpp checks every member the same way).
+constexpr bool layout_fits(uint32_t residue) {
+  const SmemLayout layout = smem_layout(residue);
+  const uint32_t plan_end = layout.plan_offset + static_cast<uint32_t>(sizeof(SmemPlan));
+  const uint32_t sync_end = layout.sync_offset + static_cast<uint32_t>(sizeof(SmemSync));
+  return (residue + layout.plan_offset) % kSwizzleAtomBytes == 0 &&
+         (residue + layout.sync_offset) % alignof(SmemSync) == 0 &&
+         (sync_end <= layout.plan_offset || plan_end <= layout.sync_offset) && plan_end <= layout.end &&
+         sync_end <= layout.end && layout.end <= static_cast<uint32_t>(kSmemBytes);
+}
+constexpr bool every_layout_fits() {
+  for (uint32_t residue = 0; residue < kSwizzleAtomBytes; residue += kDynamicSmemAlign) {
+    if (!layout_fits(residue)) return false;
+  }
+  return true;
+}
+static_assert(every_layout_fits(), "smem_layout must fit every 16-aligned base");
 
 }  // namespace swa_decode::sm90

@@ -4,13 +4,11 @@
 
 #include <cstdint>
 
-#include "src/common/device_ptx.cuh"
 #include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
 #include "src/common/window_compaction.cuh"
-#include "src/kernels/sm90/sm90_gmma.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
-#include "src/kernels/sm90/sm90_ptx.cuh"
 
 namespace swa_decode::sm90 {
 
@@ -25,16 +23,16 @@ __device__ __forceinline__ const uint8_t* row_address(const DecodeParams& p, uin
   return p.kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
 }
 
-__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, int meta, int half,
-                                                  int tid) {
-  const int num_valid = smem.num_valid[meta];
+__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, const SmemSync& sync,
+                                                  int meta, int half, int tid) {
+  const int num_valid = sync.num_valid[meta];
 #pragma unroll 4
   for (int piece = tid; piece < kKeys * kChunksPerHalfRow; piece += kGatherThreads) {
     const int key = piece / kChunksPerHalfRow;
     const int chunk = piece % kChunksPerHalfRow;
     const bool valid = key < num_valid;
     const uint8_t* src = valid ? row_address(p, smem.row_offset[meta][key]) + half * kHalfDims + chunk * 16 : p.kv_cache;
-    ptx::cp_async_16(smem_u32(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
+    ptx::cp_async_16(ptx::smem_addr(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
   }
   ptx::cp_async_commit();
 }
@@ -62,17 +60,17 @@ __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int ti
   }
 }
 
-__device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemPlan& smem) {
+__device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemPlan& smem, SmemSync& sync) {
   const int lane = threadIdx.x % 32;
   int it = 0;
   for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
-    mbarrier_wait(&smem.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
+    ptx::mbarrier_wait(&sync.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
     const int n = compact_window<kCompactThreads>(
-        p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], smem.warp_counts);
-    if (lane == 0) smem.num_valid[meta] = n;
+        p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], sync.warp_counts);
+    if (lane == 0) sync.num_valid[meta] = n;
     __syncwarp();
-    mbarrier_arrive(&smem.meta_full[meta]);
+    ptx::mbarrier_arrive(&sync.meta_full[meta]);
     // The rows are gathered a half at a time once the previous token's tile is free: pulling them
     // into L2 now takes the HBM latency off that later gather. Plain per-lane prefetches of each
     // 128-byte line, after the arrive so the gather warps never wait for them: the bulk prefetch
@@ -82,17 +80,17 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
     for (int key = lane; key < n; key += kCompactThreads) {
       const uint8_t* row = row_address(p, smem.row_offset[meta][key]);
 #pragma unroll
-      for (int line = 0; line < kHeadDim; line += 128) prefetch_l2(row + line);
+      for (int line = 0; line < kHeadDim; line += 128) ptx::prefetch_l2(row + line);
     }
   }
 }
 
-__device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan& smem) {
+__device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan& smem, SmemSync& sync) {
   const int tid = threadIdx.x;  // 0..95
   const int first = blockIdx.x;
   if (first >= p.num_tokens) return;
-  mbarrier_wait(&smem.meta_full[0], 0);
-  issue_half_gather(p, smem, 0, 0, tid);
+  ptx::mbarrier_wait(&sync.meta_full[0], 0);
+  issue_half_gather(p, smem, sync, 0, 0, tid);
   int it = 0;
   for (int token = first; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
@@ -100,17 +98,17 @@ __device__ __forceinline__ void run_gather_warps(const DecodeParams& p, SmemPlan
 #pragma unroll
     for (int half = 0; half < kHalves; ++half) {
       ptx::cp_async_wait<0>();
-      named_barrier_sync(kProducerBarrier, kGatherThreads);  // the whole half landed
-      mbarrier_wait(&smem.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
+      ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // the whole half landed
+      ptx::mbarrier_wait(&sync.kv_empty[half], (it & 1) ^ 1);     // consumers are done with it
       dequantize_half(smem, half, tid);
-      fence_proxy_async_shared();
-      named_barrier_sync(kProducerBarrier, kGatherThreads);  // staging free again
-      mbarrier_arrive(&smem.kv_full[half]);
+      ptx::fence_proxy_async_shared();
+      ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
+      ptx::mbarrier_arrive(&sync.kv_full[half]);
       if (half == 0) {
-        issue_half_gather(p, smem, meta, 1, tid);
+        issue_half_gather(p, smem, sync, meta, 1, tid);
       } else if (next < p.num_tokens) {
-        mbarrier_wait(&smem.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
-        issue_half_gather(p, smem, meta ^ 1, 0, tid);
+        ptx::mbarrier_wait(&sync.meta_full[meta ^ 1], ((it + 1) >> 1) & 1);
+        issue_half_gather(p, smem, sync, meta ^ 1, 0, tid);
       }
     }
   }

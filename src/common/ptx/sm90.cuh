@@ -1,0 +1,165 @@
+// Every inline-PTX wrapper the kernels use that needs sm_90 (sm_90a for setmaxnreg): mbarriers,
+// the bulk tensor copy (TMA), the async-proxy fence, register reallocation, the wgmma shared-memory
+// descriptor, and thread-block clusters with their distributed shared memory. One wrapper per
+// instruction form; each cites the section of the PTX ISA it implements (section titles rather
+// than numbers, which move between ISA versions):
+// https://docs.nvidia.com/cuda/parallel-thread-execution/
+// The wgmma instructions themselves come from CuTe's atoms (src/kernels/sm90/sm90_gmma.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/ptx/sm80.cuh"
+
+namespace swa_decode::ptx {
+
+// ---- mbarrier ----
+// "Parallel Synchronization and Communication Instructions: mbarrier.init".
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
+}
+// Makes the initialized barriers visible to the async proxy and the cluster.
+// "Parallel Synchronization and Communication Instructions: membar / fence".
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::); }
+
+// "Parallel Synchronization and Communication Instructions: mbarrier.arrive".
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives and adds `bytes` to the transactions the current phase waits for.
+// "Parallel Synchronization and Communication Instructions: mbarrier.arrive".
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+// Blocks until the phase with the given parity has completed. A fresh barrier counts its
+// "previous" phase (parity 1) as complete, so producers wait on (use & 1) ^ 1 for empty slots.
+// "Parallel Synchronization and Communication Instructions: mbarrier.test_wait / mbarrier.try_wait".
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_addr(bar);
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_LOOP;\n"
+      "}\n" ::"r"(addr),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- TMA ----
+// 3-D tile load completing on an mbarrier.
+// "Data Movement and Conversion Instructions: cp.async.bulk.tensor".
+__device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_map, uint64_t* bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];\n" ::"r"(smem_addr(smem_dst)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// "Data Movement and Conversion Instructions: prefetch, prefetchu" (the .tensormap form).
+__device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
+}
+
+// Ordinary (generic-proxy) shared-memory stores that wgmma or TMA (the async proxy) reads next
+// must be ordered before it by this fence ("Memory Consistency Model: Proxies").
+// "Parallel Synchronization and Communication Instructions: membar / fence" (fence.proxy.async).
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- register reallocation between warpgroups (sm_90a) ----
+// "Miscellaneous Instructions: setmaxnreg".
+template <uint32_t kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+// "Miscellaneous Instructions: setmaxnreg".
+template <uint32_t kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// ---- wgmma shared-memory descriptor, 128-byte swizzle (cute/arch/mma_sm90_desc.hpp layout) ----
+// K-major (rows of 64 bf16 = 128 B, 8-row atoms of 1 KiB): stride between 8-row groups = 1 KiB.
+// MN-major (64 MN-contiguous bf16 per K row, 8 K rows per 1 KiB atom): LBO = stride between
+// 64-wide MN blocks, SBO = stride between 8-row K groups. The base-offset field stays 0, which
+// holds only for operands whose swizzle atoms start 1024-aligned.
+// "Asynchronous Warpgroup Level Matrix Shared Memory Layout: Matrix Descriptor".
+__device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr, uint32_t leading_bytes,
+                                                         uint32_t stride_bytes) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_byte_addr >> 4) & 0x3FFF);
+  desc |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
+  desc |= static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;  // layout type 1 = SWIZZLE_128B
+  return desc;
+}
+
+// ---- thread-block clusters and distributed shared memory ----
+// The portable kernel's window split (window_split_combine.cuh) calls these and is compiled for
+// sm_80 too, where select_kernel.cpp never launches it (clusters need sm_90); there they compile
+// to an unreachable trap so that the one kernel template builds for every target.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// "Special Registers: %cluster_ctarank".
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return static_cast<int>(rank);
+}
+// "Special Registers: %cluster_nctarank".
+__device__ __forceinline__ int cluster_size() {
+  uint32_t size;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(size));
+  return static_cast<int>(size);
+}
+// Every thread of every CTA of the cluster. The release/acquire form orders each CTA's
+// shared-memory writes before the other CTAs' reads after it; the relaxed form only keeps CTAs
+// alive until every remote read of their shared memory has returned (its values are in use).
+// "Parallel Synchronization and Communication Instructions: barrier.cluster".
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+// "Parallel Synchronization and Communication Instructions: barrier.cluster".
+__device__ __forceinline__ void cluster_barrier_relaxed() {
+  asm volatile(
+      "barrier.cluster.arrive.relaxed.aligned;\n"
+      "barrier.cluster.wait.aligned;\n" ::
+          : "memory");
+}
+// The shared-memory address `local` (of this CTA) in CTA `rank` of the cluster.
+// "Data Movement and Conversion Instructions: mapa".
+__device__ __forceinline__ uint32_t cluster_address(uint32_t local, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+// Not volatile: the loads after a cluster barrier (which clobbers memory) may be batched.
+// "Data Movement and Conversion Instructions: ld" (.shared::cluster).
+__device__ __forceinline__ float4 load_cluster_f32x4(uint32_t address) {
+  float4 v;
+  asm("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address));
+  return v;
+}
+// "Data Movement and Conversion Instructions: ld" (.shared::cluster).
+__device__ __forceinline__ float2 load_cluster_f32x2(uint32_t address) {
+  float2 v;
+  asm("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
+  return v;
+}
+#else
+__device__ __forceinline__ int cluster_rank() { __trap(); }
+__device__ __forceinline__ int cluster_size() { __trap(); }
+__device__ __forceinline__ void cluster_barrier() { __trap(); }
+__device__ __forceinline__ void cluster_barrier_relaxed() { __trap(); }
+__device__ __forceinline__ uint32_t cluster_address(uint32_t, int) { __trap(); }
+__device__ __forceinline__ float4 load_cluster_f32x4(uint32_t) { __trap(); }
+__device__ __forceinline__ float2 load_cluster_f32x2(uint32_t) { __trap(); }
+#endif
+
+}  // namespace swa_decode::ptx
