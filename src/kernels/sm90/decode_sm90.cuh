@@ -29,6 +29,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // CUDA promises the base 16-byte alignment only; the swizzled tiles need 1024, so the plan
   // starts at the next 1024-aligned address and the barriers fill the gap or follow it.
   extern __shared__ __align__(16) uint8_t smem_raw[];
+#if defined(SWA_DECODE_SM90_TEST_BASE_SHIFT)
+  // Test builds only (CMake SWA_DECODE_SM90_TEST_BASE_SHIFT): static shared memory ahead of the
+  // dynamic block moves its base off the 1024 boundary, so the GPU suite also runs the layout that
+  // puts the barriers in the gap. 16 + kSmemBytes = 227 KiB still fits.
+  __shared__ __align__(16) volatile uint8_t base_shift[SWA_DECODE_SM90_TEST_BASE_SHIFT];
+  if (threadIdx.x == 0) base_shift[0] = 0;
+#endif
   const SmemLayout layout = smem_layout(ptx::smem_addr(smem_raw) % kSwizzleAtomBytes);
   SmemPlan& smem = *reinterpret_cast<SmemPlan*>(smem_raw + layout.plan_offset);
   SmemSync& sync = *reinterpret_cast<SmemSync*>(smem_raw + layout.sync_offset);
