@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "swa_decode/limits.h"
+
 struct CUstream_st;  // cudaStream_t without pulling CUDA headers into every consumer.
 
 namespace swa_decode {
@@ -38,11 +40,11 @@ struct Status {
 struct DecodeArgs {
   // ---- shapes ----
   int64_t num_tokens = 0;   // T: decode rows (requests x speculative drafts); 0 is a valid no-op
-  int64_t num_heads = 0;    // H: query heads, 1..128
-  int64_t head_dim = 512;   // D: GPU kernels run 512; the CPU backend any positive value
+  int64_t num_heads = 0;    // H: query heads, 1..kMaxGpuHeads on the GPU (limits.h)
+  int64_t head_dim = kGpuHeadDim;  // D: GPU kernels run kGpuHeadDim; the CPU backend any positive value
   int64_t num_blocks = 0;   // pages in the cache
   int64_t block_size = 0;   // tokens per page (DeepSeek-V4 serving uses 256)
-  int64_t window_size = 128;  // W: columns of `indices` read per token, 1..1024
+  int64_t window_size = 128;  // W: columns of `indices` read per token, 1..kMaxWindow (DeepSeek-V4: 128)
   float scale = 0.0f;         // softmax scale, usually head_dim^-0.5; must be finite
 
   // ---- q: [T, H, D] bf16, unit stride in D ----

@@ -2,18 +2,15 @@
 
 #include <string>
 
+#include "swa_decode/limits.h"
 #include "src/kernels/portable/portable_plan.h"
+#include "src/kernels/sm90/sm90_plan.h"
 
 namespace swa_decode {
 namespace {
 
-constexpr int64_t kKernelHeadDim = 512;    // the D-permuted fragment layout is built for 512
-constexpr int64_t kMaxHeads = 128;
-constexpr int64_t kMaxWindow = 1024;
 constexpr int32_t kMinComputeCapability = 80;  // mma.sync bf16 + cp.async
 
-constexpr int64_t kSm90MaxWindow = 128;
-constexpr int64_t kSm90SmemBytes = 227 * 1024;  // upper bound of sm90::kSmemBytes (checked there)
 constexpr int64_t kSm90MaxRowOffset = (int64_t{1} << 36) - 16;  // 32-bit counts of 16 bytes
 constexpr int64_t kSm90MinHeads = 17;  // 16 heads or fewer: 64-row wgmma would waste 4x the math
 // The sm90 kernel runs one persistent CTA per token at a time; below ~64 tokens most SMs idle and
@@ -34,9 +31,9 @@ std::string sm90_why_not(const DecodeShape& shape, const DeviceInfo& device) {
     return "the sm90 kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
            std::to_string(device.cc_minor);
   }
-  if (shape.window_size > kSm90MaxWindow) {
-    return "the sm90 kernel holds the whole window in shared memory: window_size must be <= 128, got " +
-           std::to_string(shape.window_size);
+  if (shape.window_size > sm90::kKeys) {
+    return "the sm90 kernel holds the whole window in shared memory: window_size must be <= " +
+           std::to_string(sm90::kKeys) + ", got " + std::to_string(shape.window_size);
   }
   if (shape.kv_row_alignment < 16) {
     return "the sm90 kernel copies cache rows 16 bytes at a time: kv_cache address and strides must be "
@@ -46,8 +43,8 @@ std::string sm90_why_not(const DecodeShape& shape, const DeviceInfo& device) {
     return "the sm90 kernel keeps cache row offsets as 32-bit counts of 16 bytes: the last row must start within "
            "64 GiB of kv_cache, got " + std::to_string(shape.kv_last_row_offset) + " bytes";
   }
-  if (device.smem_optin_bytes < kSm90SmemBytes) {
-    return "the sm90 kernel needs " + std::to_string(kSm90SmemBytes) + " bytes of shared memory per block, device "
+  if (device.smem_optin_bytes < sm90::kSmemBytes) {
+    return "the sm90 kernel needs " + std::to_string(sm90::kSmemBytes) + " bytes of shared memory per block, device "
            "allows " + std::to_string(device.smem_optin_bytes);
   }
   return {};
@@ -69,15 +66,17 @@ KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, K
     return unsupported("device compute capability must be >= 8.0 (mma.sync bf16), got " +
                        std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor));
   }
-  if (shape.head_dim != kKernelHeadDim) {
-    return unsupported("head_dim must be 512 on the GPU (the CPU backend takes any), got " +
-                       std::to_string(shape.head_dim));
+  if (shape.head_dim != kGpuHeadDim) {
+    return unsupported("head_dim must be " + std::to_string(kGpuHeadDim) +
+                       " on the GPU (the CPU backend takes any), got " + std::to_string(shape.head_dim));
   }
-  if (shape.num_heads < 1 || shape.num_heads > kMaxHeads) {
-    return unsupported("num_heads must be in [1, 128], got " + std::to_string(shape.num_heads));
+  if (shape.num_heads < 1 || shape.num_heads > kMaxGpuHeads) {
+    return unsupported("num_heads must be in [1, " + std::to_string(kMaxGpuHeads) + "], got " +
+                       std::to_string(shape.num_heads));
   }
   if (shape.window_size < 1 || shape.window_size > kMaxWindow) {
-    return unsupported("window_size must be in [1, 1024], got " + std::to_string(shape.window_size));
+    return unsupported("window_size must be in [1, " + std::to_string(kMaxWindow) + "], got " +
+                       std::to_string(shape.window_size));
   }
 
   if (shape.kv_row_alignment < 4) {
