@@ -66,8 +66,9 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
   const SupportInfo support =
       kernel == KernelId::kNone ? query_support(set_args[0]) : query_support_for_kernel(set_args[0], kernel);
   if (!support.supported && kernel != KernelId::kNone) {
-    std::printf("T = %lld: kernel family %d skipped: %s\n", static_cast<long long>(T), static_cast<int>(kernel),
-                support.why_not.c_str());
+    const KernelRecord* record = find_kernel(kernel);
+    std::printf("T = %lld: kernel family %s skipped: %s\n", static_cast<long long>(T),
+                record != nullptr ? record->family : "(unknown)", support.why_not.c_str());
     return std::nullopt;
   }
   if (!support.supported) {

@@ -24,6 +24,13 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t min_
   return value;
 }
 
+// "auto", every kernel family, "all", joined by `separator`: what --kernel accepts.
+std::string kernel_choices(const char* separator) {
+  std::string choices = "auto";
+  for (const KernelRecord* record : kernel_records()) choices.append(separator).append(record->family);
+  return choices.append(separator).append("all");
+}
+
 }  // namespace
 
 const char* usage() {
@@ -58,7 +65,7 @@ const char* usage() {
            "  --index-type int32|int64  dtype of indices and lens (default int32)\n"
            "  --check-tokens N       tokens per T compared against the reference (default " +
            std::to_string(defaults.check_tokens) + ")\n" +
-           "  --kernel auto|portable|sm90|all  kernel family to time (default auto: what decode() picks;\n"
+           "  --kernel " + kernel_choices("|") + "  kernel family to time (default auto: what decode() picks;\n" +
            "                         all: one row per family that runs the shape)\n"
            "\n"
            "exit status: 0 when every check passed, 1 when a check failed, 2 on a usage or run error.\n";
@@ -100,14 +107,13 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       const std::string& kernel = value();
       if (kernel == "auto") {
         o.kernels = {KernelId::kNone};
-      } else if (kernel == "portable") {
-        o.kernels = {KernelId::kPortableMma};
-      } else if (kernel == "sm90") {
-        o.kernels = {KernelId::kSm90Wgmma};
       } else if (kernel == "all") {
-        o.kernels = {KernelId::kPortableMma, KernelId::kSm90Wgmma};
+        o.kernels.clear();
+        for (const KernelRecord* record : kernel_records()) o.kernels.push_back(record->id);
+      } else if (const KernelRecord* record = find_kernel(kernel)) {
+        o.kernels = {record->id};
       } else {
-        throw std::invalid_argument("--kernel expects auto, portable, sm90 or all, got '" + kernel + "'");
+        throw std::invalid_argument("--kernel expects " + kernel_choices(", ") + ", got '" + kernel + "'");
       }
     } else if (flag == "--check-tokens") {
       o.check_tokens = parse_int(flag, value(), 1);
