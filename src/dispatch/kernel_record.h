@@ -1,7 +1,9 @@
 // What the dispatch knows about one kernel family: whether it runs a shape (and why not), whether
 // it is the better choice where it can, how it would be launched, and the function that launches
-// it. src/dispatch/select_kernel.cpp walks these records in priority order; adding a kernel is one
-// record (src/dispatch/<family>_record.cpp), its launch adapter (launch.cu) and its kernel files.
+// it. src/dispatch/select_kernel.cpp walks these records in priority order. Adding a kernel is its
+// files under src/kernels/, one record file (src/dispatch/<family>_record.cpp, listed in
+// src/CMakeLists.txt), its launch configuration in LaunchPlan::config, its launch adapter in
+// launch.cu and its place in select_kernel.cpp's list; nothing else names a kernel.
 //
 // Plain C++17 (launch.cu includes it): the selection functions make no CUDA calls, so the CPU
 // tests reach every record without a GPU.

@@ -13,9 +13,9 @@ namespace {
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   const int window = static_cast<int>(shape.window_size);
   if (portable::choose_stages(1, window, device.smem_optin_bytes) != 0) return {};
-  return "the portable kernel needs " + std::to_string(portable::ring_plan(1, portable::kMinStages, window).total_bytes) +
-         " bytes of shared memory per block at window_size " + std::to_string(window) + ", device allows " +
-         std::to_string(device.smem_optin_bytes);
+  const int smallest_ring_bytes = portable::ring_plan(1, portable::kMinStages, window).total_bytes;
+  return "the portable kernel needs " + std::to_string(smallest_ring_bytes) + " bytes of shared memory per block at "
+         "window_size " + std::to_string(window) + ", device allows " + std::to_string(device.smem_optin_bytes);
 }
 
 bool preferred(const DecodeShape&, const DeviceInfo&) { return true; }
@@ -50,13 +50,7 @@ LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {
 
 }  // namespace
 
-extern const KernelRecord kPortableRecord{
-    .id = KernelId::kPortableMma,
-    .family = "portable",
-    .why_not = why_not,
-    .preferred = preferred,
-    .plan = plan,
-    .launch = launch_portable,
-};
+extern const KernelRecord kPortableRecord{.id = KernelId::kPortableMma, .family = "portable", .why_not = why_not,
+                                          .preferred = preferred, .plan = plan, .launch = launch_portable};
 
 }  // namespace swa_decode

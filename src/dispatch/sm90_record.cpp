@@ -50,7 +50,8 @@ bool preferred(const DecodeShape& shape, const DeviceInfo&) {
 }
 
 LaunchPlan plan(const DecodeShape&, const DeviceInfo& device) {
-  return LaunchPlan{.name = "sm90_wgmma", .head_groups_per_cta = 0, .config = Sm90Launch{.persistent_ctas = device.num_sms}};
+  return LaunchPlan{
+      .name = "sm90_wgmma", .head_groups_per_cta = 0, .config = Sm90Launch{.persistent_ctas = device.num_sms}};
 }
 
 }  // namespace
@@ -63,13 +64,7 @@ bool sm90_kernel_built() {
 #endif
 }
 
-extern const KernelRecord kSm90Record{
-    .id = KernelId::kSm90Wgmma,
-    .family = "sm90",
-    .why_not = why_not,
-    .preferred = preferred,
-    .plan = plan,
-    .launch = launch_sm90,
-};
+extern const KernelRecord kSm90Record{.id = KernelId::kSm90Wgmma, .family = "sm90", .why_not = why_not,
+                                      .preferred = preferred, .plan = plan, .launch = launch_sm90};
 
 }  // namespace swa_decode

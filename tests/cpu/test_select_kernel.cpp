@@ -213,7 +213,8 @@ TEST(SelectKernel, SharedLimitsComeFromLimitsH) {
   if (sm90_kernel_built()) {
     const DecodeShape widest = shape(512, 128, kGpuHeadDim, sm90::kKeys);
     EXPECT_EQ(select_kernel(widest, kH200, KernelId::kSm90Wgmma).id(), KernelId::kSm90Wgmma);
-    const KernelChoice wider = select_kernel(shape(512, 128, kGpuHeadDim, sm90::kKeys + 1), kH200, KernelId::kSm90Wgmma);
+    const KernelChoice wider =
+        select_kernel(shape(512, 128, kGpuHeadDim, sm90::kKeys + 1), kH200, KernelId::kSm90Wgmma);
     EXPECT_TRUE(contains(wider.why_not, "window_size must be <= " + std::to_string(sm90::kKeys))) << wider.why_not;
     DeviceInfo small = kH200;
     small.smem_optin_bytes = sm90::kSmemBytes - 1;
