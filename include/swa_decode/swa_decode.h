@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "swa_decode/limits.h"
+
 struct CUstream_st;  // cudaStream_t without pulling CUDA headers into every consumer.
 
 namespace swa_decode {
@@ -38,11 +40,11 @@ struct Status {
 struct DecodeArgs {
   // ---- shapes ----
   int64_t num_tokens = 0;   // T: decode rows (requests x speculative drafts); 0 is a valid no-op
-  int64_t num_heads = 0;    // H: query heads, 1..128
-  int64_t head_dim = 512;   // D: GPU kernels run 512; the CPU backend any positive value
+  int64_t num_heads = 0;    // H: query heads, 1..kMaxGpuHeads on the GPU (limits.h)
+  int64_t head_dim = kGpuHeadDim;  // D: GPU kernels run kGpuHeadDim; the CPU backend any positive value
   int64_t num_blocks = 0;   // pages in the cache
   int64_t block_size = 0;   // tokens per page (DeepSeek-V4 serving uses 256)
-  int64_t window_size = 128;  // W: columns of `indices` read per token, 1..1024
+  int64_t window_size = 128;  // W: columns of `indices` read per token, 1..kMaxWindow (DeepSeek-V4: 128)
   float scale = 0.0f;         // softmax scale, usually head_dim^-0.5; must be finite
 
   // ---- q: [T, H, D] bf16, unit stride in D ----
@@ -93,8 +95,9 @@ struct DecodeArgs {
 struct SupportInfo {
   bool supported = false;
   std::string kernel;   // e.g. "portable_mma_g2", "sm90_wgmma", "cpu_reference"
-  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (1 for the CPU path)
+  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (1 for the CPU path, 0 for sm90)
   std::string why_not;  // filled when !supported: which argument, what was expected, what was seen
+  std::string family;   // the kernel's family when supported: "portable", "sm90" or "cpu"
 };
 
 // Validates `args` (shapes, strides, dtypes, null pointers) and answers what would run on

@@ -20,6 +20,7 @@ namespace swa_decode {
 namespace {
 
 constexpr const char* kCpuKernelName = "cpu_reference";
+constexpr const char* kCpuFamily = "cpu";
 
 Status cuda_error(const char* call, cudaError_t err) {
   return {StatusCode::kCudaError, std::string(call) + " failed: " + cudaGetErrorString(err)};
@@ -92,15 +93,17 @@ SupportInfo cpu_support() {
   info.supported = true;
   info.kernel = kCpuKernelName;
   info.head_groups_per_cta = 1;
+  info.family = kCpuFamily;
   return info;
 }
 
 SupportInfo from_choice(const KernelChoice& choice) {
-  if (choice.id == KernelId::kNone) return not_supported(choice.why_not);
+  if (choice.kernel == nullptr) return not_supported(choice.why_not);
   SupportInfo info;
   info.supported = true;
-  info.kernel = choice.name;
-  info.head_groups_per_cta = choice.head_groups_per_cta;
+  info.kernel = choice.plan.name;
+  info.head_groups_per_cta = choice.plan.head_groups_per_cta;
+  info.family = choice.kernel->family;
   return info;
 }
 
@@ -132,18 +135,12 @@ DecodeShape decode_shape(const DecodeParams& params) {
                                            (params.block_size - 1) * params.stride_kv_token};
 }
 
-SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device) {
-  const Status status = validate_args(args);
-  if (!status.ok()) return not_supported(status.message);
-  if (args.backend == Backend::kCpu) return cpu_support();
-  return from_choice(select_kernel(decode_shape(make_params(args)), device));
-}
-
 namespace {
 
-// query_support and query_support_for_kernel: validate, answer kCpu, read the device, then ask
-// select_kernel restricted to `only` (KernelId::kNone = free choice). Never throws.
-SupportInfo support_for(const DecodeArgs& args, int device_ordinal, KernelId only, bool cpu_allowed) {
+// Every query: validate, answer kCpu, take `described` or read the device, then ask select_kernel
+// restricted to `only` (KernelId::kNone = free choice). Never throws.
+SupportInfo support_for(const DecodeArgs& args, int device_ordinal, const DeviceInfo* described, KernelId only,
+                        bool cpu_allowed) {
   try {
     const Status status = validate_args(args);
     if (!status.ok()) return not_supported(status.message);
@@ -151,8 +148,12 @@ SupportInfo support_for(const DecodeArgs& args, int device_ordinal, KernelId onl
       return cpu_allowed ? cpu_support() : not_supported("backend must be kCuda, got kCpu");
     }
     DeviceInfo device{};
-    const Status probe = device_info(device_ordinal, &device);
-    if (!probe.ok()) return not_supported(probe.message);
+    if (described != nullptr) {
+      device = *described;
+    } else {
+      const Status probe = device_info(device_ordinal, &device);
+      if (!probe.ok()) return not_supported(probe.message);
+    }
     return from_choice(select_kernel(decode_shape(make_params(args)), device, only));
   } catch (const std::exception& e) {
     return not_supported(from_exception(e.what()).message);
@@ -172,8 +173,8 @@ Status run(const DecodeArgs& args, KernelId only, bool cpu_allowed) noexcept {
     if (!probe.ok()) return probe;
     const DecodeParams params = make_params(args);
     const KernelChoice choice = select_kernel(decode_shape(params), device, only);
-    if (choice.id == KernelId::kNone) return {StatusCode::kNotSupported, choice.why_not};
-    return launch_decode(params, choice, args.stream);
+    if (choice.kernel == nullptr) return {StatusCode::kNotSupported, choice.why_not};
+    return launch_decode(params, *choice.kernel, choice.plan, args.stream);
   } catch (const std::exception& e) {
     try {
       return from_exception(e.what());
@@ -188,13 +189,17 @@ Status run(const DecodeArgs& args, KernelId only, bool cpu_allowed) noexcept {
 }  // namespace
 
 SupportInfo query_support(const DecodeArgs& args, int device_ordinal) {
-  return support_for(args, device_ordinal, KernelId::kNone, /*cpu_allowed=*/true);
+  return support_for(args, device_ordinal, nullptr, KernelId::kNone, /*cpu_allowed=*/true);
 }
 
 Status decode(const DecodeArgs& args) noexcept { return run(args, KernelId::kNone, /*cpu_allowed=*/true); }
 
 SupportInfo query_support_for_kernel(const DecodeArgs& args, KernelId kernel) {
-  return support_for(args, -1, kernel, /*cpu_allowed=*/false);
+  return support_for(args, -1, nullptr, kernel, /*cpu_allowed=*/false);
+}
+
+SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device, KernelId kernel) {
+  return support_for(args, -1, &device, kernel, /*cpu_allowed=*/kernel == KernelId::kNone);
 }
 
 Status decode_with_kernel(const DecodeArgs& args, KernelId kernel) noexcept {

@@ -7,9 +7,10 @@
 
 namespace swa_decode {
 
-// query_support for a CUDA device described by `device` instead of one read from the driver:
-// validates `args`, then asks select_kernel. args.backend == kCpu answers "cpu_reference".
-SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device);
+// query_support (kernel == kNone) or query_support_for_kernel (otherwise) for a CUDA device
+// described by `device` instead of one read from the driver: validates `args`, then asks
+// select_kernel. args.backend == kCpu answers "cpu_reference" for the free choice only.
+SupportInfo query_support_on(const DecodeArgs& args, const DeviceInfo& device, KernelId kernel = KernelId::kNone);
 
 // The DecodeShape select_kernel sees for validated arguments (shapes and the alignments of the
 // kv_cache rows and of the q / out rows, from make_params' normalised strides).
@@ -19,7 +20,10 @@ DecodeShape decode_shape(const DecodeParams& params);
 // supports, not only the one select_kernel prefers). kNotSupported if that kernel cannot run it.
 Status decode_with_kernel(const DecodeArgs& args, KernelId kernel) noexcept;
 
-// query_support for the current device restricted to one kernel family, as decode_with_kernel runs.
+// query_support for the current device restricted to one kernel family, as decode_with_kernel runs:
+// supported with that family's kernel name, or not with that family's why_not (never another
+// family's kernel). The tests that force a family (SWA_DECODE_TEST_KERNEL, find_kernel(name)) skip
+// a case with this why_not. args.backend must be kCuda.
 SupportInfo query_support_for_kernel(const DecodeArgs& args, KernelId kernel);
 
 }  // namespace swa_decode

@@ -147,11 +147,11 @@ Status validate_args(const DecodeArgs& a) {
 
   // ---- shapes ----
   if (!(s = check_range("num_tokens", a.num_tokens, 0, kInt32Max)).ok()) return s;
-  if (!(s = check_range("num_heads", a.num_heads, 1, cuda ? kMaxCudaHeads : kInt32Max)).ok()) return s;
+  if (!(s = check_range("num_heads", a.num_heads, 1, cuda ? kMaxGpuHeads : kInt32Max)).ok()) return s;
   if (!(s = check_range("head_dim", a.head_dim, 1, kInt32Max)).ok()) return s;
   if (!(s = check_range("num_blocks", a.num_blocks, 1, kInt64Max)).ok()) return s;
   if (!(s = check_range("block_size", a.block_size, 1, kInt32Max)).ok()) return s;
-  if (!(s = check_range("window_size", a.window_size, 1, kMaxWindowSize)).ok()) return s;
+  if (!(s = check_range("window_size", a.window_size, 1, kMaxWindow)).ok()) return s;
   if (a.num_blocks > kInt64Max / a.block_size) {
     return invalid("num_blocks * block_size must fit in int64, got num_blocks = ", a.num_blocks,
                    " and block_size = ", a.block_size);

@@ -2,19 +2,16 @@
 // every kernel takes. The rules are those of docs/semantics.md, "Argument rules".
 #pragma once
 
+#include "swa_decode/limits.h"
 #include "swa_decode/swa_decode.h"
 #include "src/common/params.h"
 
 namespace swa_decode {
 
-// Limits of the public API (include/swa_decode/swa_decode.h documents them per field).
-inline constexpr int64_t kMaxWindowSize = 1024;
-inline constexpr int64_t kMaxCudaHeads = 128;
-
 // Checks every shape, stride, dtype, pointer and alignment of `args`; reads no tensor data.
 // Returns kInvalidArgument with a message naming the field, the expected and the actual value,
-// e.g. "window_size must be in [1, 1024], got 0". Whether a kernel runs the shape is not checked
-// here (see src/dispatch/select_kernel.h).
+// e.g. "window_size must be in [1, <kMaxWindow>], got 0" (limits from swa_decode/limits.h).
+// Whether a kernel runs the shape is not checked here (see src/dispatch/select_kernel.h).
 Status validate_args(const DecodeArgs& args);
 
 // Builds the kernel parameter struct from arguments that passed validate_args (not re-checked).

@@ -15,27 +15,32 @@ Status cuda_status(cudaError_t err, const char* what) {
   return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
 }
 
-cudaError_t launch_choice(const DecodeParams& params, const KernelChoice& choice, cudaStream_t stream) {
-  switch (choice.id) {
-    case KernelId::kPortableMma:
-      return choice.head_groups_per_cta == 2
-                 ? launch_portable_decode<2>(params, choice.num_stages, choice.window_splits, stream)
-                 : launch_portable_decode<1>(params, choice.num_stages, choice.window_splits, stream);
-#if defined(SWA_DECODE_HAS_SM90)
-    case KernelId::kSm90Wgmma:
-      return launch_sm90_decode(params, choice.persistent_ctas, stream);
-#endif
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
-Status launch_decode(const DecodeParams& params, const KernelChoice& choice, cudaStream_t stream) {
-  if (choice.id == KernelId::kNone) return {StatusCode::kNotSupported, choice.why_not};
+cudaError_t launch_portable(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream) {
+  const PortableLaunch* config = std::get_if<PortableLaunch>(&plan.config);
+  if (config == nullptr) return cudaErrorInvalidValue;
+  return config->head_groups_per_cta == 2
+             ? launch_portable_decode<2>(params, config->num_stages, config->window_splits, stream)
+             : launch_portable_decode<1>(params, config->num_stages, config->window_splits, stream);
+}
+
+cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream) {
+  const Sm90Launch* config = std::get_if<Sm90Launch>(&plan.config);
+  if (config == nullptr) return cudaErrorInvalidValue;
+#if defined(SWA_DECODE_HAS_SM90)
+  return launch_sm90_decode(params, config->persistent_ctas, stream);
+#else
+  (void)params;
+  (void)stream;
+  return cudaErrorNotSupported;  // unreachable: the sm90 record's why_not refuses every shape in this build
+#endif
+}
+
+Status launch_decode(const DecodeParams& params, const KernelRecord& kernel, const LaunchPlan& plan,
+                     cudaStream_t stream) {
   if (params.num_tokens == 0) return {};  // nothing to do; a zero-sized grid is a launch error
-  Status status = cuda_status(launch_choice(params, choice, stream), choice.name.c_str());
+  Status status = cuda_status(kernel.launch(params, plan, stream), plan.name.c_str());
   if (!status.ok()) return status;
   status = cuda_status(cudaGetLastError(), "launch of the decode kernel");
 #if defined(SWA_DECODE_SYNC_AFTER_LAUNCH)

@@ -1,53 +1,42 @@
-// The one place that decides which kernel runs for a shape on a device. Pure: no CUDA calls, so it
-// is unit-tested on machines without a GPU and also answers query_support().
+// The one place that decides which kernel runs for a shape on a device: the checks every GPU kernel
+// shares, then the kernel records (kernel_record.h) walked in priority order. Pure: no CUDA calls,
+// so it is unit-tested on machines without a GPU and also answers query_support().
 #pragma once
 
-#include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
+
+#include "src/dispatch/kernel_record.h"
 
 namespace swa_decode {
 
-enum class KernelId : int32_t { kNone = 0, kPortableMma = 1, kSm90Wgmma = 2 };
-
-// What the selection needs to know about the problem (already validated by src/api/).
-struct DecodeShape {
-  int64_t num_tokens;
-  int64_t num_heads;
-  int64_t head_dim;
-  int64_t window_size;
-  // Largest power of two <= 16 dividing the kv_cache address and both its strides (bytes): rows
-  // are copied in pieces of this width, and below 4 bytes no GPU kernel runs.
-  int32_t kv_row_alignment;
-  // q and out rows are read and written 16 bytes at a time: their addresses and token/head strides
-  // must be multiples of 8 elements (16 bytes).
-  bool q_out_aligned_16;
-  // Bytes from the kv_cache address to the start of its last row (the sm90 kernel keeps row
-  // offsets as 32-bit counts of 16 bytes, so it needs this below 64 GiB).
-  int64_t kv_last_row_offset = 0;
-};
-
-// What the selection needs to know about the GPU (read once by the caller via cudaGetDeviceProperties).
-struct DeviceInfo {
-  int32_t cc_major;
-  int32_t cc_minor;
-  int32_t num_sms;
-  int64_t smem_optin_bytes;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
-};
-
 struct KernelChoice {
-  KernelId id = KernelId::kNone;
-  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (portable kernel)
-  int32_t num_stages = 0;           // staging buffers of 32 cache rows (portable kernel)
-  int32_t window_splits = 0;        // CTAs (one cluster) sharing each window (portable kernel, sm_90+)
-  int32_t persistent_ctas = 0;      // CTAs of a persistent kernel (sm90: one per SM)
-  std::string name;                 // stable, printed by the bench and query_support
-  std::string why_not;              // set when id == kNone
+  const KernelRecord* kernel = nullptr;  // nullptr: no kernel runs the shape, why_not says why
+  LaunchPlan plan;                       // kernel->plan for the shape
+  std::string why_not;                   // set when kernel == nullptr
+  KernelId id() const { return kernel == nullptr ? KernelId::kNone : kernel->id; }
 };
+
+// Every kernel family of the library, in priority order: the free choice takes the first record
+// that runs a shape and prefers it, else the first that runs it. A family this build lacks is
+// listed too; its why_not says so.
+std::span<const KernelRecord* const> kernel_records();
+
+// The record of a family, by id or by KernelRecord::family ("portable", "sm90"); nullptr if none.
+const KernelRecord* find_kernel(KernelId id);
+const KernelRecord* find_kernel(std::string_view family);
+
+// Why no GPU kernel can run `shape` on `device` whatever its family ("" if these checks pass):
+// compute capability >= 8.0, head_dim == kGpuHeadDim, 1..kMaxGpuHeads heads, window 1..kMaxWindow,
+// 4-byte kv_cache rows and 16-byte q / out rows.
+std::string gpu_why_not(const DecodeShape& shape, const DeviceInfo& device);
 
 // Whether this build contains the sm_90a fast path (CMake builds it when sm_90 is a target).
 bool sm90_kernel_built();
 
-// `only` restricts the choice to one kernel family (KernelId::kNone = free choice).
+// `only` restricts the choice to one kernel family (KernelId::kNone = free choice): then the
+// answer is that family's plan or its why_not, never another family.
 KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, KernelId only = KernelId::kNone);
 
 }  // namespace swa_decode

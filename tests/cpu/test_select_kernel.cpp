@@ -1,12 +1,18 @@
 // select_kernel (pure) and query_support: supported shapes name a kernel, unsupported ones say why.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
+#include <variant>
+#include <vector>
 
+#include "swa_decode/limits.h"
 #include "src/api/decode.h"
 #include "src/api/validate.h"
 #include "src/dispatch/select_kernel.h"
 #include "src/kernels/portable/portable_plan.h"
+#include "src/kernels/sm90/sm90_plan.h"
 #include "tests/cpu/host_problem.h"
 
 namespace swa_decode {
@@ -27,21 +33,35 @@ DecodeShape shape(int64_t tokens, int64_t heads, int64_t dim = 512, int64_t wind
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The launch configuration of a choice that must be the portable (sm90) kernel's; a failed
+// expectation, and zeros, otherwise.
+PortableLaunch portable_of(const KernelChoice& choice) {
+  const PortableLaunch* config = std::get_if<PortableLaunch>(&choice.plan.config);
+  EXPECT_NE(config, nullptr) << "not a portable plan: '" << choice.plan.name << "' " << choice.why_not;
+  return config != nullptr ? *config : PortableLaunch{};
+}
+
+Sm90Launch sm90_of(const KernelChoice& choice) {
+  const Sm90Launch* config = std::get_if<Sm90Launch>(&choice.plan.config);
+  EXPECT_NE(config, nullptr) << "not an sm90 plan: '" << choice.plan.name << "' " << choice.why_not;
+  return config != nullptr ? *config : Sm90Launch{};
+}
+
 TEST(SelectKernel, DeepSeekShapesRunOnHopperAndAmpere) {
   for (const DeviceInfo& device : {kH200, kA100}) {
     for (int64_t heads : {1, 8, 16, 17, 32, 64, 128}) {
       for (int64_t tokens : {0, 1, 8, 512, 2048}) {
         for (int64_t window : {1, 128, 1024}) {
           const KernelChoice choice = select_kernel(shape(tokens, heads, 512, window), device);
-          EXPECT_NE(choice.id, KernelId::kNone) << heads << " heads, " << choice.why_not;
-          EXPECT_FALSE(choice.name.empty());
+          EXPECT_NE(choice.id(), KernelId::kNone) << heads << " heads, " << choice.why_not;
+          EXPECT_FALSE(choice.plan.name.empty());
           EXPECT_TRUE(choice.why_not.empty()) << choice.why_not;
-          if (choice.id == KernelId::kSm90Wgmma) {
-            EXPECT_EQ(choice.persistent_ctas, device.num_sms);
+          if (choice.id() == KernelId::kSm90Wgmma) {
+            EXPECT_EQ(sm90_of(choice).persistent_ctas, device.num_sms);
           } else {
-            EXPECT_GE(choice.head_groups_per_cta, 1);
+            EXPECT_GE(choice.plan.head_groups_per_cta, 1);
             // A CTA never holds more 16-head groups than the problem has.
-            EXPECT_LE(choice.head_groups_per_cta, (heads + 15) / 16 > 1 ? (heads + 15) / 16 : 1);
+            EXPECT_LE(choice.plan.head_groups_per_cta, (heads + 15) / 16 > 1 ? (heads + 15) / 16 : 1);
           }
         }
       }
@@ -53,69 +73,70 @@ TEST(SelectKernel, HopperFastPathWhereItFits) {
   // The sm90 kernel runs H > 16 with the whole window (<= 128) in shared memory and 16-byte rows;
   // everything else, and every non-Hopper device, runs the portable kernel.
   const bool built = sm90_kernel_built();
-  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200).id, built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
-  EXPECT_EQ(select_kernel(shape(512, 64, 512, 100), kH200).id, built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
-  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200).id, KernelId::kPortableMma);
-  EXPECT_EQ(select_kernel(shape(512, 128, 512, 129), kH200).id, KernelId::kPortableMma);
-  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kA100).id, KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 64, 512, 100), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200).id(), KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 129), kH200).id(), KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kA100).id(), KernelId::kPortableMma);
   DecodeShape eight_byte_rows = shape(512, 128, 512, 128);
   eight_byte_rows.kv_row_alignment = 8;  // e.g. 584-byte rows
-  EXPECT_EQ(select_kernel(eight_byte_rows, kH200).id, KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(eight_byte_rows, kH200).id(), KernelId::kPortableMma);
 
   // Forcing a kernel family answers whether that kernel could run the shape, and why not.
   const KernelChoice forced = select_kernel(shape(512, 128, 512, 128), kA100, KernelId::kSm90Wgmma);
-  EXPECT_EQ(forced.id, KernelId::kNone);
+  EXPECT_EQ(forced.id(), KernelId::kNone);
   EXPECT_NE(forced.why_not.find(built ? "compute capability 9.0, got 8.0" : "no sm_90a kernel"), std::string::npos)
       << forced.why_not;
   const KernelChoice wide = select_kernel(shape(512, 128, 512, 256), kH200, KernelId::kSm90Wgmma);
-  EXPECT_EQ(wide.id, KernelId::kNone);
+  EXPECT_EQ(wide.id(), KernelId::kNone);
   if (built) {
     EXPECT_NE(wide.why_not.find("window_size must be <= 128, got 256"), std::string::npos) << wide.why_not;
   }
-  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma).id, KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma).id(), KernelId::kPortableMma);
 }
 
 TEST(SelectKernel, Sm90NeedsRowsWithin64GiBOfTheCache) {
   // The sm90 kernel keeps row offsets as 32-bit counts of 16 bytes; a larger cache runs portable.
   DecodeShape huge = shape(512, 128, 512, 128);
   huge.kv_last_row_offset = int64_t{1} << 36;
-  EXPECT_EQ(select_kernel(huge, kH200).id, KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(huge, kH200).id(), KernelId::kPortableMma);
   const KernelChoice forced = select_kernel(huge, kH200, KernelId::kSm90Wgmma);
-  EXPECT_EQ(forced.id, KernelId::kNone);
+  EXPECT_EQ(forced.id(), KernelId::kNone);
   if (sm90_kernel_built()) {
     EXPECT_TRUE(contains(forced.why_not, "within 64 GiB of kv_cache, got 68719476736 bytes")) << forced.why_not;
     huge.kv_last_row_offset = (int64_t{1} << 36) - 16;  // the last offset that fits
-    EXPECT_EQ(select_kernel(huge, kH200).id, KernelId::kSm90Wgmma);
+    EXPECT_EQ(select_kernel(huge, kH200).id(), KernelId::kSm90Wgmma);
   }
 }
 
 TEST(SelectKernel, PortableStagingRingFitsTheDevice) {
   // A 128-entry window is 4 tiles of 32 rows: with room, all of them are in flight at once.
-  EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kA100).num_stages, 4);
+  EXPECT_EQ(portable_of(select_kernel(shape(512, 128, 512, 128), kA100)).num_stages, 4);
   // Never more stages than the window has tiles.
-  EXPECT_EQ(select_kernel(shape(512, 128, 512, 64), kA100).num_stages, 2);
-  EXPECT_EQ(select_kernel(shape(512, 128, 512, 96), kA100).num_stages, 3);
+  EXPECT_EQ(portable_of(select_kernel(shape(512, 128, 512, 64), kA100)).num_stages, 2);
+  EXPECT_EQ(portable_of(select_kernel(shape(512, 128, 512, 96), kA100)).num_stages, 3);
   // Where two CTAs can share an SM (H200: 2 x 113 KiB), the ring stops at what lets them: at two
   // head groups that is 2 stages, at one group 3.
   const KernelChoice shared = select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma);
-  EXPECT_EQ(shared.head_groups_per_cta, 2);
-  EXPECT_EQ(shared.num_stages, 2);
-  EXPECT_LE(portable::ring_plan(2, shared.num_stages, 128).total_bytes,
+  EXPECT_EQ(shared.plan.head_groups_per_cta, 2);
+  EXPECT_EQ(portable_of(shared).num_stages, 2);
+  EXPECT_LE(portable::ring_plan(2, portable_of(shared).num_stages, 128).total_bytes,
             portable::two_ctas_per_sm_budget(kH200.smem_optin_bytes));
-  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200, KernelId::kPortableMma).num_stages, 3);
+  EXPECT_EQ(portable_of(select_kernel(shape(512, 16, 512, 128), kH200, KernelId::kPortableMma)).num_stages, 3);
   // A 99 KiB device (sm_86/89/120) still runs the longest window, with the minimum ring and one
   // head group (two would need 16 KiB more for q than it has).
   constexpr DeviceInfo k99KiB{.cc_major = 8, .cc_minor = 9, .num_sms = 128, .smem_optin_bytes = 101376};
   const KernelChoice wide = select_kernel(shape(512, 128, 512, 1024), k99KiB);
-  ASSERT_EQ(wide.id, KernelId::kPortableMma);
-  EXPECT_EQ(wide.num_stages, portable::kMinStages);
-  EXPECT_EQ(wide.head_groups_per_cta, 1);
-  EXPECT_LE(portable::ring_plan(wide.head_groups_per_cta, wide.num_stages, 1024).total_bytes, 101376);
+  ASSERT_EQ(wide.id(), KernelId::kPortableMma);
+  EXPECT_EQ(portable_of(wide).num_stages, portable::kMinStages);
+  EXPECT_EQ(wide.plan.head_groups_per_cta, 1);
+  EXPECT_LE(portable::ring_plan(wide.plan.head_groups_per_cta, portable_of(wide).num_stages, 1024).total_bytes, 101376);
   for (const int64_t window : {1, 31, 128, 500, 1024}) {
     for (const DeviceInfo& device : {kH200, kA100, k99KiB}) {
       const KernelChoice choice = select_kernel(shape(2048, 16, 512, window), device, KernelId::kPortableMma);
-      ASSERT_EQ(choice.id, KernelId::kPortableMma);
-      EXPECT_LE(portable::ring_plan(choice.head_groups_per_cta, choice.num_stages, static_cast<int>(window)).total_bytes,
+      ASSERT_EQ(choice.id(), KernelId::kPortableMma);
+      const int stages = portable_of(choice).num_stages;
+      EXPECT_LE(portable::ring_plan(choice.plan.head_groups_per_cta, stages, static_cast<int>(window)).total_bytes,
                 device.smem_optin_bytes)
           << "window " << window;
     }
@@ -127,23 +148,24 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
     return select_kernel(shape(tokens, heads, 512, window), device, KernelId::kPortableMma);
   };
   // A window splits 4 ways when the split grid stays within a quarter of the SMs (33 of 132).
-  EXPECT_EQ(portable(1, 128, 128, kH200).window_splits, 4);  // 8 one-group CTAs -> 32
-  EXPECT_EQ(portable(1, 128, 128, kH200).name, "portable_mma_g1_split4");
-  EXPECT_EQ(portable(8, 16, 128, kH200).window_splits, 4);   // 8 CTAs
-  EXPECT_EQ(portable(9, 16, 128, kH200).window_splits, 1);   // 9 CTAs
-  EXPECT_EQ(portable(2, 64, 128, kH200).window_splits, 4);
-  EXPECT_EQ(portable(8, 128, 128, kH200).window_splits, 1);  // 64 CTAs
-  EXPECT_EQ(portable(8, 128, 128, kH200).name, "portable_mma_g1");
-  EXPECT_EQ(portable(1, 128, 96, kH200).window_splits, 1);   // fewer than 4 tiles of 32 keys
-  EXPECT_EQ(portable(1, 16, 1024, kH200).window_splits, 4);
+  EXPECT_EQ(portable_of(portable(1, 128, 128, kH200)).window_splits, 4);  // 8 one-group CTAs -> 32
+  EXPECT_EQ(portable(1, 128, 128, kH200).plan.name, "portable_mma_g1_split4");
+  EXPECT_EQ(portable_of(portable(8, 16, 128, kH200)).window_splits, 4);   // 8 CTAs
+  EXPECT_EQ(portable_of(portable(9, 16, 128, kH200)).window_splits, 1);   // 9 CTAs
+  EXPECT_EQ(portable_of(portable(2, 64, 128, kH200)).window_splits, 4);
+  EXPECT_EQ(portable_of(portable(8, 128, 128, kH200)).window_splits, 1);  // 64 CTAs
+  EXPECT_EQ(portable(8, 128, 128, kH200).plan.name, "portable_mma_g1");
+  EXPECT_EQ(portable_of(portable(1, 128, 96, kH200)).window_splits, 1);   // fewer than 4 tiles of 32 keys
+  EXPECT_EQ(portable_of(portable(1, 16, 1024, kH200)).window_splits, 4);
   // Clusters need sm_90: Ampere never splits.
-  for (int64_t tokens : {1, 2, 8}) EXPECT_EQ(portable(tokens, 16, 128, kA100).window_splits, 1);
+  for (int64_t tokens : {1, 2, 8}) EXPECT_EQ(portable_of(portable(tokens, 16, 128, kA100)).window_splits, 1);
   for (int64_t tokens : {1, 2, 5, 16, 33, 100, 1000}) {
     for (int64_t heads : {1, 16, 64, 128}) {
       const KernelChoice choice = portable(tokens, heads, 128, kH200);
-      const int64_t heads_per_cta = 16 * choice.head_groups_per_cta;
+      const int64_t heads_per_cta = 16 * choice.plan.head_groups_per_cta;
       const int64_t ctas = tokens * ((heads + heads_per_cta - 1) / heads_per_cta);
-      EXPECT_TRUE(choice.window_splits == 1 || (choice.window_splits == 4 && ctas * 4 <= kH200.num_sms / 4))
+      const int32_t splits = portable_of(choice).window_splits;
+      EXPECT_TRUE(splits == 1 || (splits == 4 && ctas * 4 <= kH200.num_sms / 4))
           << tokens << " tokens, " << heads << " heads";
     }
   }
@@ -152,10 +174,10 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
 TEST(SelectKernel, SelectionIsPure) {
   const KernelChoice a = select_kernel(shape(32, 64), kH200);
   const KernelChoice b = select_kernel(shape(32, 64), kH200);
-  EXPECT_EQ(a.id, b.id);
-  EXPECT_EQ(a.name, b.name);
-  EXPECT_EQ(a.head_groups_per_cta, b.head_groups_per_cta);
-  EXPECT_EQ(a.window_splits, b.window_splits);
+  EXPECT_EQ(a.id(), b.id());
+  EXPECT_EQ(a.plan.name, b.plan.name);
+  EXPECT_EQ(a.plan.head_groups_per_cta, b.plan.head_groups_per_cta);
+  EXPECT_EQ(portable_of(a).window_splits, portable_of(b).window_splits);
 }
 
 TEST(SelectKernel, UnsupportedShapesSayWhy) {
@@ -175,9 +197,189 @@ TEST(SelectKernel, UnsupportedShapesSayWhy) {
   };
   for (const Case& c : cases) {
     const KernelChoice choice = select_kernel(c.shape, c.device);
-    EXPECT_EQ(choice.id, KernelId::kNone);
+    EXPECT_EQ(choice.id(), KernelId::kNone);
     for (const std::string& part : c.parts) EXPECT_TRUE(contains(choice.why_not, part)) << choice.why_not;
   }
+}
+
+TEST(SelectKernel, SharedLimitsComeFromLimitsH) {
+  // The messages state the bounds of swa_decode/limits.h and sm90_plan.h, whatever their values.
+  const auto why = [](const DecodeShape& s) { return select_kernel(s, kH200).why_not; };
+  EXPECT_TRUE(contains(why(shape(8, 16, kGpuHeadDim / 2)), "head_dim must be " + std::to_string(kGpuHeadDim)));
+  EXPECT_TRUE(contains(why(shape(8, kMaxGpuHeads + 1)), "[1, " + std::to_string(kMaxGpuHeads) + "], got " +
+                                                            std::to_string(kMaxGpuHeads + 1)));
+  EXPECT_TRUE(contains(why(shape(8, 16, kGpuHeadDim, kMaxWindow + 1)), "[1, " + std::to_string(kMaxWindow) + "]"));
+  EXPECT_NE(select_kernel(shape(8, kMaxGpuHeads, kGpuHeadDim, kMaxWindow), kH200).id(), KernelId::kNone);
+  if (sm90_kernel_built()) {
+    const DecodeShape widest = shape(512, 128, kGpuHeadDim, sm90::kKeys);
+    EXPECT_EQ(select_kernel(widest, kH200, KernelId::kSm90Wgmma).id(), KernelId::kSm90Wgmma);
+    const KernelChoice wider =
+        select_kernel(shape(512, 128, kGpuHeadDim, sm90::kKeys + 1), kH200, KernelId::kSm90Wgmma);
+    EXPECT_TRUE(contains(wider.why_not, "window_size must be <= " + std::to_string(sm90::kKeys))) << wider.why_not;
+    DeviceInfo small = kH200;
+    small.smem_optin_bytes = sm90::kSmemBytes - 1;
+    EXPECT_TRUE(contains(select_kernel(widest, small, KernelId::kSm90Wgmma).why_not,
+                         "needs " + std::to_string(sm90::kSmemBytes) + " bytes"));
+  }
+}
+
+TEST(SelectKernel, AnUnknownKernelIdIsRefused) {
+  const KernelChoice choice = select_kernel(shape(512, 128), kH200, static_cast<KernelId>(7));
+  EXPECT_EQ(choice.kernel, nullptr);
+  EXPECT_TRUE(contains(choice.why_not, "KernelId(7)")) << choice.why_not;
+}
+
+// A device no record runs anything on: sm_80 with too little shared memory for the portable ring.
+constexpr DeviceInfo kTinySmem{.cc_major = 8, .cc_minor = 0, .num_sms = 16, .smem_optin_bytes = 48 * 1024};
+
+TEST(SelectKernel, WhenNoKernelRunsTheShapeEveryFamilySaysWhy) {
+  const KernelChoice choice = select_kernel(shape(512, 128), kTinySmem);
+  EXPECT_EQ(choice.kernel, nullptr);
+  for (const KernelRecord* record : kernel_records()) {
+    const std::string own = record->why_not(shape(512, 128), kTinySmem);
+    ASSERT_FALSE(own.empty()) << record->family;
+    EXPECT_TRUE(contains(choice.why_not, own)) << choice.why_not;
+  }
+}
+
+// Shapes and devices the record tests walk: each record runs some and refuses some for a reason of
+// its own (window, alignment, cache size, compute capability, shared memory).
+std::vector<DecodeShape> record_sweep_shapes() {
+  std::vector<DecodeShape> shapes;
+  for (int64_t tokens : {1, 8, 63, 64, 512}) {
+    for (int64_t heads : {1, 16, 17, 64, 128, 129}) {
+      for (int64_t window : {1, 96, 128, 129, 1024}) {
+        for (int32_t alignment : {2, 8, 16}) {
+          for (int64_t last_row : {int64_t{0}, int64_t{1} << 36}) {
+            DecodeShape s = shape(tokens, heads, kGpuHeadDim, window, alignment);
+            s.kv_last_row_offset = last_row;
+            shapes.push_back(s);
+          }
+        }
+      }
+    }
+  }
+  shapes.push_back(shape(512, 128, kGpuHeadDim, 128, 16, false));
+  shapes.push_back(shape(512, 128, 256));
+  return shapes;
+}
+
+constexpr DeviceInfo k99KiBDevice{.cc_major = 8, .cc_minor = 9, .num_sms = 128, .smem_optin_bytes = 101376};
+constexpr DeviceInfo kB200{.cc_major = 10, .cc_minor = 0, .num_sms = 148, .smem_optin_bytes = 232448};
+constexpr DeviceInfo kRecordSweepDevices[] = {kH200, kA100, kT4, k99KiBDevice, kB200, kTinySmem};
+
+TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
+  std::set<KernelId> ids;
+  std::set<std::string> families;
+  for (const KernelRecord* record : kernel_records()) {
+    EXPECT_NE(record->id, KernelId::kNone) << record->family;
+    EXPECT_TRUE(ids.insert(record->id).second) << "two records share id " << static_cast<int>(record->id);
+    ASSERT_NE(record->family, nullptr);
+    EXPECT_FALSE(std::string(record->family).empty());
+    EXPECT_TRUE(families.insert(record->family).second) << "two records share family " << record->family;
+    EXPECT_EQ(find_kernel(record->id), record);
+    EXPECT_EQ(find_kernel(std::string(record->family)), record);
+    EXPECT_NE(record->why_not, nullptr);
+    EXPECT_NE(record->preferred, nullptr);
+    EXPECT_NE(record->plan, nullptr);
+    EXPECT_NE(record->launch, nullptr);
+  }
+  EXPECT_EQ(families, (std::set<std::string>{"portable", "sm90"}));  // SWA_DECODE_TEST_KERNEL and --kernel
+  EXPECT_EQ(find_kernel(KernelId::kNone), nullptr);
+  EXPECT_EQ(find_kernel("cpu"), nullptr);
+
+  // Every kernel name comes from one record, every record's plans carry one configuration type of
+  // their own (what its launch adapter unpacks), and the names are the stable ones the bench JSON
+  // and the tests print.
+  std::map<std::string, KernelId> name_owner;
+  std::map<KernelId, size_t> config_type;
+  for (const DeviceInfo& device : kRecordSweepDevices) {
+    for (const DecodeShape& s : record_sweep_shapes()) {
+      if (!gpu_why_not(s, device).empty()) continue;
+      for (const KernelRecord* record : kernel_records()) {
+        if (!record->why_not(s, device).empty()) continue;
+        const LaunchPlan plan = record->plan(s, device);
+        const auto [owner, fresh] = name_owner.emplace(plan.name, record->id);
+        EXPECT_EQ(owner->second, record->id) << plan.name << " comes from two records";
+        EXPECT_NE(plan.config.index(), 0u) << plan.name << " has no launch configuration";
+        const auto [type, first] = config_type.emplace(record->id, plan.config.index());
+        EXPECT_EQ(type->second, plan.config.index()) << record->family << " plans two configuration types";
+      }
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& [name, owner] : name_owner) names.insert(name);
+  std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
+  if (sm90_kernel_built()) stable.insert("sm90_wgmma");
+  EXPECT_EQ(names, stable);
+  std::set<size_t> types;
+  for (const auto& [id, type] : config_type) {
+    EXPECT_TRUE(types.insert(type).second) << "two records plan the same configuration type";
+  }
+}
+
+TEST(KernelRecords, ForcingAFamilyAnswersWithThatFamilysPlanOrWhyNot) {
+  for (const KernelRecord* record : kernel_records()) {
+    int runs = 0;
+    int refusals = 0;  // shapes the shared checks pass and this record refuses for its own reason
+    for (const DeviceInfo& device : kRecordSweepDevices) {
+      for (const DecodeShape& s : record_sweep_shapes()) {
+        const KernelChoice forced = select_kernel(s, device, record->id);
+        const std::string shared = gpu_why_not(s, device);
+        const std::string own = record->why_not(s, device);
+        if (!shared.empty()) {
+          EXPECT_EQ(forced.kernel, nullptr);
+          EXPECT_EQ(forced.why_not, shared);
+        } else if (!own.empty()) {
+          ++refusals;
+          EXPECT_EQ(forced.kernel, nullptr) << record->family;
+          EXPECT_EQ(forced.why_not, own);
+        } else {
+          ++runs;
+          EXPECT_EQ(forced.kernel, record);
+          EXPECT_EQ(forced.plan.name, record->plan(s, device).name);
+          EXPECT_TRUE(forced.why_not.empty()) << forced.why_not;
+        }
+      }
+    }
+    EXPECT_GT(refusals, 0) << record->family << " refused nothing: the sweep does not test its why_not";
+    if (record->id != KernelId::kSm90Wgmma || sm90_kernel_built()) {
+      EXPECT_GT(runs, 0) << record->family;
+    }
+  }
+}
+
+TEST(KernelRecords, FreeChoiceIsTheFirstPreferredRecordThatRunsTheShape) {
+  int chosen = 0;
+  for (const DeviceInfo& device : kRecordSweepDevices) {
+    for (const DecodeShape& s : record_sweep_shapes()) {
+      const KernelChoice choice = select_kernel(s, device);
+      const std::string shared = gpu_why_not(s, device);
+      if (!shared.empty()) {
+        EXPECT_EQ(choice.kernel, nullptr);
+        EXPECT_EQ(choice.why_not, shared);
+        continue;
+      }
+      const KernelRecord* expected = nullptr;
+      const KernelRecord* fallback = nullptr;
+      for (const KernelRecord* record : kernel_records()) {
+        if (!record->why_not(s, device).empty()) continue;
+        if (record->preferred(s, device)) {
+          expected = record;
+          break;
+        }
+        if (fallback == nullptr) fallback = record;
+      }
+      if (expected == nullptr) expected = fallback;
+      EXPECT_EQ(choice.kernel, expected) << s.num_tokens << " tokens, " << s.num_heads << " heads, window "
+                                         << s.window_size << ": " << choice.plan.name << choice.why_not;
+      if (expected == nullptr) continue;
+      ++chosen;
+      EXPECT_EQ(choice.plan.name, expected->plan(s, device).name);
+      EXPECT_EQ(choice.plan.head_groups_per_cta, expected->plan(s, device).head_groups_per_cta);
+    }
+  }
+  EXPECT_GT(chosen, 0);
 }
 
 DecodeArgs args_for(HostProblem& p, Backend backend) {
@@ -204,6 +406,7 @@ TEST(QuerySupport, CpuBackendRunsAnyHeadDim) {
     const SupportInfo info = query_support(args_for(p, Backend::kCpu));
     EXPECT_TRUE(info.supported) << dim << ": " << info.why_not;
     EXPECT_EQ(info.kernel, "cpu_reference");
+    EXPECT_EQ(info.family, "cpu");
     EXPECT_EQ(info.head_groups_per_cta, 1);
     EXPECT_TRUE(info.why_not.empty());
   }
@@ -214,8 +417,10 @@ TEST(QuerySupport, CudaShapesAgainstADescribedDevice) {
   const SupportInfo info = query_support_on(args_for(good, Backend::kCuda), kH200);
   EXPECT_TRUE(info.supported) << info.why_not;
   const KernelChoice choice = select_kernel(shape(2, 128, 512, 4), kH200);
-  EXPECT_EQ(info.kernel, choice.name);
-  EXPECT_EQ(info.head_groups_per_cta, choice.head_groups_per_cta);
+  EXPECT_EQ(info.kernel, choice.plan.name);
+  EXPECT_EQ(info.head_groups_per_cta, choice.plan.head_groups_per_cta);
+  ASSERT_NE(choice.kernel, nullptr);
+  EXPECT_EQ(info.family, choice.kernel->family);
 
   const SupportInfo old_gpu = query_support_on(args_for(good, Backend::kCuda), kT4);
   EXPECT_FALSE(old_gpu.supported);
@@ -240,6 +445,41 @@ TEST(QuerySupport, CudaShapesAgainstADescribedDevice) {
   const SupportInfo w2048 = query_support_on(window, kH200);
   EXPECT_FALSE(w2048.supported);
   EXPECT_TRUE(contains(w2048.why_not, "window_size must be in [1, 1024], got 2048")) << w2048.why_not;
+}
+
+TEST(QuerySupport, ForcedFamilyAnswersWithItsOwnKernelOrWhyNot) {
+  // What a GPU test forcing SWA_DECODE_TEST_KERNEL reads to run a case or to skip it with why_not.
+  HostProblem p(deepseek_like(128, 512), 10);
+  const DecodeArgs cuda = args_for(p, Backend::kCuda);
+  for (const KernelRecord* record : kernel_records()) {
+    for (const DeviceInfo& device : {kH200, kA100}) {
+      const SupportInfo info = query_support_on(cuda, device, record->id);
+      const KernelChoice forced = select_kernel(decode_shape(make_params(cuda)), device, record->id);
+      EXPECT_EQ(info.supported, forced.kernel != nullptr) << record->family;
+      if (info.supported) {
+        EXPECT_EQ(info.family, record->family);
+        EXPECT_EQ(info.kernel, forced.plan.name);
+        EXPECT_TRUE(info.why_not.empty()) << info.why_not;
+      } else {
+        EXPECT_TRUE(info.kernel.empty()) << info.kernel;
+        EXPECT_TRUE(info.family.empty()) << info.family;
+        EXPECT_EQ(info.why_not, forced.why_not);
+        EXPECT_FALSE(info.why_not.empty());
+      }
+    }
+  }
+  // The sm90 kernel never runs on an A100; the answer is its own reason, not the portable kernel.
+  const SupportInfo sm90_on_a100 = query_support_on(cuda, kA100, KernelId::kSm90Wgmma);
+  EXPECT_FALSE(sm90_on_a100.supported);
+  EXPECT_TRUE(contains(sm90_on_a100.why_not, sm90_kernel_built() ? "compute capability 9.0" : "no sm_90a kernel"))
+      << sm90_on_a100.why_not;
+  const SupportInfo portable_on_h200 = query_support_on(cuda, kH200, KernelId::kPortableMma);
+  EXPECT_TRUE(portable_on_h200.supported) << portable_on_h200.why_not;
+  EXPECT_EQ(portable_on_h200.family, "portable");
+  // A forced family needs the CUDA backend.
+  const SupportInfo on_cpu = query_support_on(args_for(p, Backend::kCpu), kH200, KernelId::kPortableMma);
+  EXPECT_FALSE(on_cpu.supported);
+  EXPECT_TRUE(contains(on_cpu.why_not, "backend must be kCuda")) << on_cpu.why_not;
 }
 
 TEST(QuerySupport, AlignmentOfRowsReachesTheSelection) {

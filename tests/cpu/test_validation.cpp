@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "swa_decode/limits.h"
 #include "src/api/validate.h"
 #include "tests/cpu/host_problem.h"
 
@@ -123,14 +124,16 @@ TEST(Validation, EveryBadArgumentNamesFieldExpectedAndActual) {
       {"num_tokens < 0", [](DecodeArgs& a) { a.num_tokens = -1; }, {"num_tokens", "[0, 2147483647]", "got -1"}},
       {"num_tokens > int32", [](DecodeArgs& a) { a.num_tokens = int64_t{1} << 31; }, {"num_tokens", "got 2147483648"}},
       {"num_heads 0", [](DecodeArgs& a) { a.num_heads = 0; }, {"num_heads", "[1, 2147483647]", "got 0"}},
-      {"num_heads 129 on CUDA", [](DecodeArgs& a) { a.backend = Backend::kCuda; a.num_heads = 129; },
-       {"num_heads", "[1, 128]", "got 129"}},
+      {"num_heads > kMaxGpuHeads on CUDA",
+       [](DecodeArgs& a) { a.backend = Backend::kCuda; a.num_heads = kMaxGpuHeads + 1; },
+       {"num_heads", "[1, " + std::to_string(kMaxGpuHeads) + "]", "got " + std::to_string(kMaxGpuHeads + 1)}},
       {"head_dim 0", [](DecodeArgs& a) { a.head_dim = 0; }, {"head_dim", "[1, ", "got 0"}},
       {"num_blocks 0", [](DecodeArgs& a) { a.num_blocks = 0; }, {"num_blocks", "got 0"}},
       {"block_size -4", [](DecodeArgs& a) { a.block_size = -4; }, {"block_size", "got -4"}},
-      {"window_size 0", [](DecodeArgs& a) { a.window_size = 0; }, {"window_size must be in [1, 1024], got 0"}},
-      {"window_size 2048", [](DecodeArgs& a) { a.window_size = 2048; a.index_cols = 2048; },
-       {"window_size must be in [1, 1024], got 2048"}},
+      {"window_size 0", [](DecodeArgs& a) { a.window_size = 0; },
+       {"window_size must be in [1, " + std::to_string(kMaxWindow) + "], got 0"}},
+      {"window_size > kMaxWindow", [](DecodeArgs& a) { a.window_size = a.index_cols = kMaxWindow + 1; },
+       {"window_size must be in [1, " + std::to_string(kMaxWindow) + "], got " + std::to_string(kMaxWindow + 1)}},
       {"slots overflow", [](DecodeArgs& a) { a.num_blocks = int64_t{1} << 40; a.block_size = int64_t{1} << 30; },
        {"num_blocks * block_size", "int64", "1099511627776", "1073741824"}},
       {"index_cols", [](DecodeArgs& a) { a.index_cols = 3; }, {"index_cols must be >= window_size = 4, got 3"}},
@@ -198,7 +201,7 @@ TEST(Validation, MessagesIgnoreTheGlobalLocale) {
 
 TEST(Validation, CpuBackendTakesAnyHeadCountAndHeadDim) {
   ProblemShape s = small_shape();
-  s.num_heads = 130;
+  s.num_heads = kMaxGpuHeads + 2;
   s.head_dim = 3;
   HostProblem p(s, 8);
   EXPECT_TRUE(validate_args(p.args()).ok()) << validate_args(p.args()).message;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "swa_decode/limits.h"
 #include "testing/batch.h"
 #include "testing/check.h"
 #include "testing/device_batch.h"
@@ -17,17 +18,17 @@ bool run_bench_cpu(const BenchOptions& o, BenchReport& report) {
   const int64_t heads = std::min<int64_t>(o.num_heads, 16);
   report.device = "none (no CUDA device; CPU reference backend)";
   std::printf("swa-decode bench: NO CUDA DEVICE FOUND. Running the CPU backend (Backend::kCpu, the float64\n"
-              "reference) on a small batch instead: T = %lld, H = %lld, W = %lld, D = 512 (--tokens is ignored).\n"
+              "reference) on a small batch instead: T = %lld, H = %lld, W = %lld, D = %lld (--tokens is ignored).\n"
               "This checks the argument path, the poisoning and the bf16/lse outputs; it is not a benchmark and\n"
               "no timing is meaningful, so none is reported. commit %s%s, library %s\n\n",
               static_cast<long long>(kTokens), static_cast<long long>(heads),
-              static_cast<long long>(o.window_size), report.commit.c_str(),
+              static_cast<long long>(o.window_size), static_cast<long long>(kGpuHeadDim), report.commit.c_str(),
               report.commit_dirty ? " (+ uncommitted changes)" : "", swa_decode::version());
 
   st::BatchOptions bo;
   bo.num_tokens = kTokens;
   bo.num_heads = heads;
-  bo.head_dim = 512;
+  bo.head_dim = kGpuHeadDim;
   bo.window_size = o.window_size;
   bo.index_dtype = o.index_dtype;
   bo.lens_dtype = o.index_dtype;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "swa_decode/limits.h"
 #include "src/api/decode.h"
 #include "testing/batch.h"
 #include "testing/check.h"
@@ -22,7 +23,6 @@ namespace {
 
 namespace st = swa_decode::testing;
 
-constexpr int64_t kHeadDim = 512;
 constexpr int64_t kMaxInputSets = 4096;
 
 struct DeviceFacts {
@@ -45,13 +45,13 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
                                   double copy_gbps, cudaStream_t stream) {
   // Enough sets that one round of replays touches > 2x L2, so no replay finds its inputs cached.
   const int64_t index_bytes = o.index_dtype == DType::kInt32 ? 4 : 8;
-  const int64_t est_set_bytes = T * (4 * o.num_heads * kHeadDim + o.window_size * (kHeadDim + 2 + index_bytes));
+  const int64_t est_set_bytes = T * (4 * o.num_heads * kGpuHeadDim + o.window_size * (kGpuHeadDim + 2 + index_bytes));
   const int64_t sets = std::clamp<int64_t>((2 * device.l2_bytes + est_set_bytes - 1) / est_set_bytes, 2, kMaxInputSets);
 
   st::BatchOptions bo;
   bo.num_tokens = T * sets;
   bo.num_heads = o.num_heads;
-  bo.head_dim = kHeadDim;
+  bo.head_dim = kGpuHeadDim;
   bo.window_size = o.window_size;
   bo.index_dtype = o.index_dtype;
   bo.lens_dtype = o.index_dtype;
@@ -66,8 +66,9 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
   const SupportInfo support =
       kernel == KernelId::kNone ? query_support(set_args[0]) : query_support_for_kernel(set_args[0], kernel);
   if (!support.supported && kernel != KernelId::kNone) {
-    std::printf("T = %lld: kernel family %d skipped: %s\n", static_cast<long long>(T), static_cast<int>(kernel),
-                support.why_not.c_str());
+    const KernelRecord* record = find_kernel(kernel);
+    std::printf("T = %lld: kernel family %s skipped: %s\n", static_cast<long long>(T),
+                record != nullptr ? record->family : "(unknown)", support.why_not.c_str());
     return std::nullopt;
   }
   if (!support.supported) {
@@ -99,7 +100,7 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
   row.floor_us = bytes / (copy_gbps * 1e9) * 1e6;
   row.ratio = *row.us / *row.floor_us;
   row.gbps = bytes / seconds / 1e9;
-  row.tflops = 4.0 * o.num_heads * kHeadDim * valid_per_call / seconds / 1e12;
+  row.tflops = 4.0 * o.num_heads * kGpuHeadDim * valid_per_call / seconds / 1e12;
   row.bytes = static_cast<int64_t>(std::llround(bytes));
   row.valid_per_token = valid_per_call / T;
   row.input_sets = sets;
@@ -125,12 +126,13 @@ bool run_bench_gpu(const BenchOptions& o, BenchReport& report) {
               device.num_sms, static_cast<long long>(device.l2_bytes >> 20), report.commit.c_str(),
               report.commit_dirty ? " (+ uncommitted changes)" : "", swa_decode::version());
   std::printf("copy bandwidth (1 GiB device-to-device, read + write, median): %.0f GB/s\n", copy_gbps);
-  std::printf("inputs: realistic DeepSeek-V4 batch, D = 512, context 1..8192, block_size 256, %s indices and "
+  std::printf("inputs: realistic DeepSeek-V4 batch, D = %lld, context 1..8192, block_size 256, %s indices and "
               "lens, bf16 inv_scale, sinks, lse on; unused cache slots poisoned with NaN\n",
-              dtype_label(o.index_dtype));
+              static_cast<long long>(kGpuHeadDim), dtype_label(o.index_dtype));
   std::printf("time: median of CUDA-event-timed CUDA-graph replays rotated over input sets touching > 2x L2;\n"
-              "bytes: q + out + per valid entry (512 B row + 2 B scale + index) = the floor; floor_us = bytes / "
-              "copy bandwidth; TFLOP/s counts 4*H*D per valid entry\n");
+              "bytes: q + out + per valid entry (%lld B row + 2 B scale + index) = the floor; floor_us = bytes / "
+              "copy bandwidth; TFLOP/s counts 4*H*D per valid entry\n",
+              static_cast<long long>(kGpuHeadDim));
   std::printf("check: every output of every token scanned for NaN / unwritten elements; the float64 reference "
               "is slow, so up to %lld random tokens per T are compared with it\n\n",
               static_cast<long long>(o.check_tokens));

@@ -2,6 +2,9 @@
 
 #include <sstream>
 #include <stdexcept>
+#include <string>
+
+#include "swa_decode/limits.h"
 
 namespace swa_decode::cli {
 namespace {
@@ -21,31 +24,53 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t min_
   return value;
 }
 
+// "auto", every kernel family, "all", joined by `separator`: what --kernel accepts.
+std::string kernel_choices(const char* separator) {
+  std::string choices = "auto";
+  for (const KernelRecord* record : kernel_records()) choices.append(separator).append(record->family);
+  return choices.append(separator).append("all");
+}
+
 }  // namespace
 
 const char* usage() {
-  return "usage: swa-decode bench [options]\n"
-         "       swa-decode --help\n"
-         "\n"
-         "bench: builds a realistic DeepSeek-V4 decode batch per T (every request its own context\n"
-         "length in 1..8192, KV blocks of 256 scattered over a pool, window = its last min(len, W)\n"
-         "positions padded with -1, every unused cache slot poisoned with NaN), runs the decode,\n"
-         "checks it against the float64 CPU reference, and times CUDA-graph replays rotated over\n"
-         "input sets larger than L2 against the copy bandwidth measured in the same run.\n"
-         "Without a GPU it runs the CPU path on a small batch and says that no timing is meaningful.\n"
-         "\n"
-         "options:\n"
-         "  --heads H              query heads, 1..128 (default 128)\n"
-         "  --window W             window_size, 1..1024 (default 128)\n"
-         "  --tokens T1,T2,...     decode rows per batch (default 1,8,32,128,512,2048)\n"
-         "  --json FILE            also write the results as JSON\n"
-         "  --seed N               seed of the generated inputs (default 2026)\n"
-         "  --index-type int32|int64  dtype of indices and lens (default int32)\n"
-         "  --check-tokens N       tokens per T compared against the reference (default 64)\n"
-         "  --kernel auto|portable|sm90|all  kernel family to time (default auto: what decode() picks;\n"
-         "                         all: one row per family that runs the shape)\n"
-         "\n"
-         "exit status: 0 when every check passed, 1 when a check failed, 2 on a usage or run error.\n";
+  // Built once from the library's limits and BenchOptions' defaults, so the help never states a
+  // bound or a default the code does not apply.
+  static const std::string text = [] {
+    const BenchOptions defaults;
+    std::string tokens;
+    for (const int64_t t : defaults.tokens) {
+      if (!tokens.empty()) tokens += ',';
+      tokens += std::to_string(t);
+    }
+    return std::string(
+               "usage: swa-decode bench [options]\n"
+               "       swa-decode --help\n"
+               "\n"
+               "bench: builds a realistic DeepSeek-V4 decode batch per T (every request its own context\n"
+               "length in 1..8192, KV blocks of 256 scattered over a pool, window = its last min(len, W)\n"
+               "positions padded with -1, every unused cache slot poisoned with NaN), runs the decode,\n"
+               "checks it against the float64 CPU reference, and times CUDA-graph replays rotated over\n"
+               "input sets larger than L2 against the copy bandwidth measured in the same run.\n"
+               "Without a GPU it runs the CPU path on a small batch and says that no timing is meaningful.\n"
+               "\n"
+               "options:\n") +
+           "  --heads H              query heads, 1.." + std::to_string(kMaxGpuHeads) + " (default " +
+           std::to_string(defaults.num_heads) + ")\n" +
+           "  --window W             window_size, 1.." + std::to_string(kMaxWindow) + " (default " +
+           std::to_string(defaults.window_size) + ")\n" +
+           "  --tokens T1,T2,...     decode rows per batch (default " + tokens + ")\n" +
+           "  --json FILE            also write the results as JSON\n"
+           "  --seed N               seed of the generated inputs (default " + std::to_string(defaults.seed) + ")\n" +
+           "  --index-type int32|int64  dtype of indices and lens (default int32)\n"
+           "  --check-tokens N       tokens per T compared against the reference (default " +
+           std::to_string(defaults.check_tokens) + ")\n" +
+           "  --kernel " + kernel_choices("|") + "  kernel family to time (default auto: what decode() picks;\n" +
+           "                         all: one row per family that runs the shape)\n"
+           "\n"
+           "exit status: 0 when every check passed, 1 when a check failed, 2 on a usage or run error.\n";
+  }();
+  return text.c_str();
 }
 
 BenchOptions parse_bench_options(const std::vector<std::string>& args) {
@@ -82,14 +107,13 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       const std::string& kernel = value();
       if (kernel == "auto") {
         o.kernels = {KernelId::kNone};
-      } else if (kernel == "portable") {
-        o.kernels = {KernelId::kPortableMma};
-      } else if (kernel == "sm90") {
-        o.kernels = {KernelId::kSm90Wgmma};
       } else if (kernel == "all") {
-        o.kernels = {KernelId::kPortableMma, KernelId::kSm90Wgmma};
+        o.kernels.clear();
+        for (const KernelRecord* record : kernel_records()) o.kernels.push_back(record->id);
+      } else if (const KernelRecord* record = find_kernel(kernel)) {
+        o.kernels = {record->id};
       } else {
-        throw std::invalid_argument("--kernel expects auto, portable, sm90 or all, got '" + kernel + "'");
+        throw std::invalid_argument("--kernel expects " + kernel_choices(", ") + ", got '" + kernel + "'");
       }
     } else if (flag == "--check-tokens") {
       o.check_tokens = parse_int(flag, value(), 1);

@@ -4,13 +4,15 @@
 
 #include <cstdint>
 
+#include "swa_decode/limits.h"
+
 namespace swa_decode::portable {
 
-inline constexpr int kHeadDim = 512;
+inline constexpr int kHeadDim = static_cast<int>(kGpuHeadDim);
 inline constexpr int kHeadsPerGroup = 16;     // the M of one mma.sync
 inline constexpr int kWarpsPerGroup = 4;      // head-dim quarters
 inline constexpr int kKeysPerTile = 32;
-inline constexpr int kMaxWindow = 1024;
+inline constexpr int kMaxWindow = static_cast<int>(swa_decode::kMaxWindow);
 inline constexpr int kMinStages = 2;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kStageBytes = kKeysPerTile * kHeadDim;  // 16 KiB of raw e4m3 rows

@@ -3,9 +3,11 @@
 
 #include <cstdint>
 
+#include "swa_decode/limits.h"
+
 namespace swa_decode::sm90 {
 
-inline constexpr int kHeadDim = 512;
+inline constexpr int kHeadDim = static_cast<int>(kGpuHeadDim);
 inline constexpr int kKeys = 128;              // whole window in shared memory (window_size <= 128)
 inline constexpr int kSlabHeads = 64;          // wgmma M: heads per consumer warpgroup
 inline constexpr int kRowBytes = 128;          // one 128-byte swizzle atom row = 64 bf16

@@ -1,0 +1,91 @@
+// What the dispatch knows about one kernel family: whether it runs a shape (and why not), whether
+// it is the better choice where it can, how it would be launched, and the function that launches
+// it. src/dispatch/select_kernel.cpp walks these records in priority order. Adding a kernel is its
+// files under src/kernels/, one record file (src/dispatch/<family>_record.cpp, listed in
+// src/CMakeLists.txt), its launch configuration in LaunchPlan::config, its launch adapter in
+// launch.cu and its place in select_kernel.cpp's list; nothing else names a kernel.
+//
+// Plain C++17 (launch.cu includes it): the selection functions make no CUDA calls, so the CPU
+// tests reach every record without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include <cuda_runtime_api.h>
+
+#include "src/common/params.h"
+
+namespace swa_decode {
+
+// A kernel family; kNone asks for the free choice where a family may be named.
+enum class KernelId : int32_t { kNone = 0, kPortableMma = 1, kSm90Wgmma = 2 };
+
+// What the selection needs to know about the problem (already validated by src/api/).
+struct DecodeShape {
+  int64_t num_tokens;
+  int64_t num_heads;
+  int64_t head_dim;
+  int64_t window_size;
+  // Largest power of two <= 16 dividing the kv_cache address and both its strides (bytes): rows
+  // are copied in pieces of this width, and below 4 bytes no GPU kernel runs.
+  int32_t kv_row_alignment;
+  // q and out rows are read and written 16 bytes at a time: their addresses and token/head strides
+  // must be multiples of 8 elements (16 bytes).
+  bool q_out_aligned_16;
+  // Bytes from the kv_cache address to the start of its last row (the sm90 kernel keeps row
+  // offsets as 32-bit counts of 16 bytes, so it needs this below 64 GiB).
+  int64_t kv_last_row_offset = 0;
+};
+
+// What the selection needs to know about the GPU (read once by the caller via cudaGetDeviceProperties).
+struct DeviceInfo {
+  int32_t cc_major;
+  int32_t cc_minor;
+  int32_t num_sms;
+  int64_t smem_optin_bytes;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+};
+
+// Launch configuration of the portable kernel (src/kernels/portable/launch_portable.h).
+struct PortableLaunch {
+  int32_t head_groups_per_cta;  // 16-head groups one CTA holds: 1 or 2
+  int32_t num_stages;           // staging buffers of 32 cache rows
+  int32_t window_splits;        // CTAs (one cluster, sm_90+) sharing each window; 1 = no split
+};
+
+// Launch configuration of the sm90 kernel (src/kernels/sm90/launch_sm90.h).
+struct Sm90Launch {
+  int32_t persistent_ctas;  // one per SM
+};
+
+// What a record's plan() decides for a shape it runs.
+struct LaunchPlan {
+  std::string name;                 // stable kernel name: the bench JSON, query_support and tests use it
+  int32_t head_groups_per_cta = 0;  // reported by query_support: 16-head groups one CTA holds, 0 for sm90
+  std::variant<std::monostate, PortableLaunch, Sm90Launch> config;
+};
+
+struct KernelRecord {
+  KernelId id;
+  // Short family name: SWA_DECODE_TEST_KERNEL, the CLI's --kernel and SupportInfo::family use it.
+  const char* family;
+  // Why this kernel cannot run `shape` on `device` ("" if it can). Called only for shapes that
+  // passed the checks every GPU kernel shares (select_kernel.h, gpu_why_not), so it says only what
+  // is particular to this kernel.
+  std::string (*why_not)(const DecodeShape& shape, const DeviceInfo& device);
+  // Whether the free choice takes this kernel for a shape it runs; where it does not, a later
+  // record is tried (and this one is kept as the fallback).
+  bool (*preferred)(const DecodeShape& shape, const DeviceInfo& device);
+  // The launch configuration, for a shape why_not accepted.
+  LaunchPlan (*plan)(const DecodeShape& shape, const DeviceInfo& device);
+  // Enqueues the kernel on `stream` with a plan this record made; defined in launch.cu.
+  cudaError_t (*launch)(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream);
+};
+
+// The records, one file each (src/dispatch/<family>_record.cpp); select_kernel.cpp lists them in
+// priority order.
+extern const KernelRecord kSm90Record;
+extern const KernelRecord kPortableRecord;
+
+}  // namespace swa_decode
