@@ -94,7 +94,7 @@ constexpr uint32_t largest_layout_end() {
 }
 inline constexpr int kSmemBytes = static_cast<int>(largest_layout_end());
 static_assert(kSmemBytes == 1008 + 226 * 1024, "the worst case named above");
-static_assert(kSmemBytes <= 227 * 1024, "sm_90 plan exceeds the 227 KiB select_kernel checks for");
+static_assert(kSmemBytes <= 227 * 1024, "sm_90 allows 227 KiB of shared memory per block (sm90_record.cpp checks the device)");
 
 // For every residue: SmemPlan 1024-aligned, SmemSync aligned, the two disjoint, both inside
 // kSmemBytes (tests/cpu/test_sm90_smem_layout.cpp checks every member the same way).
