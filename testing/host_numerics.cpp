@@ -34,6 +34,8 @@ double e4m3_to_double(uint8_t code) {
 
 namespace {
 
+constexpr int kQuantiles = 65536;  // one per 16-bit uniform
+
 // Magnitudes of the 127 finite non-negative codes 0x00..0x7E, increasing with the code.
 const std::array<double, 127>& e4m3_magnitudes() {
   static const std::array<double, 127> table = [] {
@@ -77,30 +79,33 @@ double Rng::normal() {
 
 const float* normal_quantile_table() {
   static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (int u = 0; u < 65536; ++u) t[u] = static_cast<float>(normal_quantile((u + 0.5) / 65536.0));
-    return t;
+    std::vector<float> z(kQuantiles);
+    for (int u = 0; u < kQuantiles; ++u) z[u] = static_cast<float>(normal_quantile((u + 0.5) / kQuantiles));
+    return z;
   }();
   return table.data();
 }
 
+namespace {
+
+// Every quantile of normal_quantile_table() through `convert`.
+template <typename Value, typename Convert>
+std::vector<Value> map_quantiles(Convert convert) {
+  const float* z = normal_quantile_table();
+  std::vector<Value> table(kQuantiles);
+  for (int u = 0; u < kQuantiles; ++u) table[u] = convert(z[u]);
+  return table;
+}
+
+}  // namespace
+
 const uint16_t* normal_bf16_table() {
-  static const std::vector<uint16_t> table = [] {
-    const float* z = normal_quantile_table();
-    std::vector<uint16_t> t(65536);
-    for (int u = 0; u < 65536; ++u) t[u] = float_to_bf16_bits(z[u]);
-    return t;
-  }();
+  static const std::vector<uint16_t> table = map_quantiles<uint16_t>(float_to_bf16_bits);
   return table.data();
 }
 
 const uint8_t* normal_e4m3_table() {
-  static const std::vector<uint8_t> table = [] {
-    const float* z = normal_quantile_table();
-    std::vector<uint8_t> t(65536);
-    for (int u = 0; u < 65536; ++u) t[u] = double_to_e4m3(128.0 * z[u]);
-    return t;
-  }();
+  static const std::vector<uint8_t> table = map_quantiles<uint8_t>([](float z) { return double_to_e4m3(128.0 * z); });
   return table.data();
 }
 

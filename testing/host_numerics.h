@@ -11,6 +11,10 @@ inline constexpr uint16_t kBf16PoisonBits = 0xFFFF;  // a bf16 NaN: pre-fills ou
 inline constexpr uint8_t kE4m3NaN = 0x7F;            // e4m3 NaN: fills cache rows that must not be read
 inline constexpr double kE4m3Max = 448.0;
 
+// The one float -> bf16 conversion of the test and bench inputs (testing/batch.h and
+// testing/host_problem.h alike). src/reference/ keeps its own (reference::float_to_bf16) by
+// design: the reference shares only docs/semantics.md with the rest, so a mistake here cannot hide
+// the same mistake there.
 uint16_t float_to_bf16_bits(float value);  // round to nearest even; NaN stays NaN
 float round_to_bf16(float value);
 

@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "src/api/validate.h"
+#include "src/common/window_rule.h"
 #include "src/reference/reference.h"
-#include "tests/cpu/host_problem.h"
+#include "testing/host_problem.h"
 
 namespace swa_decode {
 namespace {
 
-using test::HostProblem;
-using test::ProblemShape;
+using testing::HostProblem;
+using testing::ProblemShape;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -77,6 +78,8 @@ Dense dense_decode(const DecodeArgs& a) {
   r.out.assign(T * H * D, 0.0L);
   r.lse.assign(T * H, -std::numeric_limits<long double>::infinity());
   for (int64_t t = 0; t < T; ++t) {
+    // The window rule re-derived from docs/semantics.md on purpose (not src/common/window_rule.h):
+    // this is the reference's independent oracle.
     std::vector<bool> valid(W);
     bool any = false;
     for (int64_t c = 0; c < W; ++c) {
@@ -217,35 +220,37 @@ TEST(ReferenceBf16, RoundsOnceToNearestEven) {
 TEST(ReferenceVsDense, RandomTinyProblems) {
   int cases = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
-    ProblemShape shape;
-    shape.num_tokens = 6;
-    shape.num_heads = std::vector<int64_t>{1, 3, 8}[seed % 3];
-    shape.head_dim = std::vector<int64_t>{4, 16, 64}[(seed / 3) % 3];
-    shape.window_size = std::vector<int64_t>{1, 5, 8}[(seed / 9) % 3];
-    shape.index_cols = shape.window_size + static_cast<int64_t>(seed % 2) * 3;
-    shape.num_blocks = 4;
-    shape.block_size = 3;
-    shape.inv_scale_dtype = seed % 2 ? DType::kFloat32 : DType::kBFloat16;
-    shape.index_dtype = seed % 4 < 2 ? DType::kInt64 : DType::kInt32;
-    shape.lens_dtype = seed % 5 < 2 ? DType::kInt64 : DType::kInt32;
+    const int64_t window = std::vector<int64_t>{1, 5, 8}[(seed / 9) % 3];
+    const ProblemShape shape{
+        .num_tokens = 6,
+        .num_heads = std::vector<int64_t>{1, 3, 8}[seed % 3],
+        .head_dim = std::vector<int64_t>{4, 16, 64}[(seed / 3) % 3],
+        .num_blocks = 4,
+        .block_size = 3,
+        .window_size = window,
+        .index_cols = window + static_cast<int64_t>(seed % 2) * 3,
+        .inv_scale_dtype = seed % 2 ? DType::kFloat32 : DType::kBFloat16,
+        .index_dtype = seed % 4 < 2 ? DType::kInt64 : DType::kInt32,
+        .lens_dtype = seed % 5 < 2 ? DType::kInt64 : DType::kInt32,
+    };
     HostProblem p(shape, seed);
     const int64_t W = shape.window_size, S = p.num_slots();
     // Slot S - 1 is never filled: it stays poisoned and fills the columns that must not be read.
-    std::uniform_int_distribution<int64_t> slot(0, S - 2);
+    auto slot = [&] { return p.rng().uniform_int(0, S - 2); };
     const std::vector<int64_t> lens = {0, -1, 1, W - 1, W, W + 1};
     for (int64_t t = 0; t < shape.num_tokens; ++t) {
       p.set_len(t, lens[t]);
-      const int64_t L = std::clamp<int64_t>(lens[t], 0, W);
-      int64_t previous = slot(p.rng());
-      for (int64_t c = 0; c < L; ++c) {
-        const int64_t r = static_cast<int64_t>(p.rng()() % 8);
+      const int32_t L = columns_in_window(lens[t], static_cast<int32_t>(W));
+      int64_t previous = slot();
+      for (int32_t c = 0; c < L; ++c) {
+        const int64_t r = p.rng().uniform_int(0, 7);
         // Mostly real slots; some holes, out-of-range ids and repeats of the previous slot.
         if (r == 0) {
           p.set_index_raw(t, c, -1);
         } else if (r == 1) {
           p.set_index_raw(t, c, S + 7);
         } else {
-          previous = r == 2 ? previous : slot(p.rng());
+          previous = r == 2 ? previous : slot();
           p.set_index(t, c, previous);
         }
       }
@@ -265,12 +270,7 @@ TEST(ReferenceVsDense, RandomTinyProblems) {
 }
 
 TEST(ReferenceVsDense, StridedLayoutsGiveTheSameResultAsContiguous) {
-  ProblemShape contiguous;
-  contiguous.num_tokens = 3;
-  contiguous.num_heads = 4;
-  contiguous.head_dim = 16;
-  contiguous.window_size = 4;
-  contiguous.index_cols = 4;
+  const ProblemShape contiguous{.num_tokens = 3, .num_heads = 4, .head_dim = 16, .window_size = 4, .index_cols = 4};
   ProblemShape strided = contiguous;
   strided.index_cols = 6;
   strided.q_head_pad = 8;
@@ -316,13 +316,7 @@ TEST(ReferenceVsDense, StridedLayoutsGiveTheSameResultAsContiguous) {
 // Hand-checked cases
 
 ProblemShape one_token(int64_t heads = 2, int64_t dim = 4, int64_t window = 4) {
-  ProblemShape s;
-  s.num_tokens = 1;
-  s.num_heads = heads;
-  s.head_dim = dim;
-  s.window_size = window;
-  s.index_cols = window;
-  return s;
+  return ProblemShape{.num_tokens = 1, .num_heads = heads, .head_dim = dim, .window_size = window, .index_cols = window};
 }
 
 TEST(ReferenceCases, OneEntryWindowGivesTheRow) {
@@ -514,7 +508,7 @@ TEST(ReferenceRun, DecodeOnCpuWritesRoundedOutputsAndLeavesGapsAlone) {
   EXPECT_EQ(p.out_bits(1, 2, 15), 0x0000);
   for (size_t i = 0; i < written.size(); ++i) {
     if (!written[i]) {
-      EXPECT_EQ(p.out_buffer()[i], test::kOutSentinel) << "gap element " << i << " written";
+      EXPECT_EQ(p.out_buffer()[i], testing::kBf16PoisonBits) << "gap element " << i << " written";
     }
   }
 }
@@ -527,7 +521,7 @@ TEST(ReferenceRun, NullLseIsNotWritten) {
   a.lse = nullptr;
   ASSERT_TRUE(decode(a).ok());
   for (float v : p.lse_buffer()) EXPECT_TRUE(std::isnan(v));
-  EXPECT_NE(p.out_bits(0, 0, 0), test::kOutSentinel);
+  EXPECT_NE(p.out_bits(0, 0, 0), testing::kBf16PoisonBits);
 }
 
 }  // namespace

@@ -13,13 +13,13 @@
 #include "src/dispatch/select_kernel.h"
 #include "src/kernels/portable/portable_plan.h"
 #include "src/kernels/sm90/sm90_plan.h"
-#include "tests/cpu/host_problem.h"
+#include "testing/host_problem.h"
 
 namespace swa_decode {
 namespace {
 
-using test::HostProblem;
-using test::ProblemShape;
+using testing::HostProblem;
+using testing::ProblemShape;
 
 constexpr DeviceInfo kH200{.cc_major = 9, .cc_minor = 0, .num_sms = 132, .smem_optin_bytes = 232448};
 constexpr DeviceInfo kA100{.cc_major = 8, .cc_minor = 0, .num_sms = 108, .smem_optin_bytes = 166912};

@@ -11,13 +11,13 @@
 
 #include "swa_decode/limits.h"
 #include "src/api/validate.h"
-#include "tests/cpu/host_problem.h"
+#include "testing/host_problem.h"
 
 namespace swa_decode {
 namespace {
 
-using test::HostProblem;
-using test::ProblemShape;
+using testing::HostProblem;
+using testing::ProblemShape;
 
 ProblemShape small_shape() {
   ProblemShape s;

@@ -2,10 +2,22 @@
 // slot, scale and padding element poisoned with NaN, covering each rule of docs/semantics.md.
 // Every test skips cleanly when no CUDA device is present; the TestingHarness suite checks the
 // harness itself on the CPU backend and runs everywhere.
+//
+// SWA_DECODE_TEST_KERNEL=auto|portable|sm90 (unset = auto; any other value fails every GPU test)
+// picks the kernel under test. A case is one decode on one batch; a test may loop over several.
+// Each case is decided on its own (testing/kernel_under_test.h): with a forced family it runs on
+// that family or, where the family cannot run it, is skipped with the family's why_not; it never
+// runs on another kernel. A test whose every case was skipped is reported SKIPPED with
+//   kernel under test <family> cannot run this case: <why_not>
+// and a test where some cases ran is judged on those, records the property
+// kernel_under_test_skipped_cases and prints
+//   kernel under test <family> skipped <N> of <M> cases: <why_not>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,7 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "swa_decode/swa_decode.h"
-#include "src/api/decode.h"
+#include "src/common/window_rule.h"
 #include "src/reference/reference.h"
 #include "testing/batch.h"
 #include "testing/check.h"
@@ -21,6 +33,7 @@
 #include "testing/device_batch.h"
 #include "testing/device_buffer.h"
 #include "testing/host_numerics.h"
+#include "testing/kernel_under_test.h"
 
 namespace {
 
@@ -52,46 +65,62 @@ std::string describe(const st::BatchOptions& o) {
          " seed=" + std::to_string(o.seed);
 }
 
-// SWA_DECODE_TEST_KERNEL=portable|sm90 runs every GPU test on that kernel family where it supports
-// the shape (and on the default choice where it does not), so one binary covers every kernel.
-swa_decode::KernelId kernel_under_test() {
-  const char* name = std::getenv("SWA_DECODE_TEST_KERNEL");
-  if (name == nullptr) return swa_decode::KernelId::kNone;
-  const std::string kernel(name);
-  if (kernel == "portable") return swa_decode::KernelId::kPortableMma;
-  if (kernel == "sm90") return swa_decode::KernelId::kSm90Wgmma;
-  return swa_decode::KernelId::kNone;
-}
-
-swa_decode::Status run_decode(const swa_decode::DecodeArgs& args) {
-  const swa_decode::KernelId kernel = kernel_under_test();
-  if (kernel != swa_decode::KernelId::kNone) {
-    const swa_decode::Status forced = swa_decode::decode_with_kernel(args, kernel);
-    if (forced.code != swa_decode::StatusCode::kNotSupported) return forced;
-  }
-  return swa_decode::decode(args);
-}
-
-// Generates, uploads, runs decode on pre-poisoned outputs and compares with the reference.
-void expect_matches_reference(const st::BatchOptions& options) {
-  SCOPED_TRACE(describe(options));
-  const st::HostBatch batch = st::make_batch(options);
-  st::DeviceBatch device = st::upload_batch(batch);
-  st::Stream stream;
-  st::poison_outputs(device, stream.get());
-  const swa_decode::Status status = run_decode(st::device_args(batch, device, 0, batch.num_tokens, stream.get()));
-  ASSERT_TRUE(status.ok()) << status.message;
-  stream.synchronize();
-  const st::CheckReport report = st::check_outputs(batch, st::download_outputs(device));
-  EXPECT_TRUE(report.ok) << report.summary() << "\n" << report.failures;
-}
-
-class GpuDecode : public ::testing::Test {
+// Every GPU test: skips without a device, and decides each of its cases on the kernel under test.
+class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    try {
+      kernel_ = st::kernel_under_test_from_environment();
+    } catch (const std::invalid_argument& e) {
+      FAIL() << e.what();
+    }
+    tally_ = st::CaseTally(kernel_.family);
     if (!st::cuda_device_available()) GTEST_SKIP() << "no CUDA device: GPU tests skipped";
   }
+
+  void TearDown() override {
+    if (tally_.every_case_skipped()) {
+      if (!HasFailure()) GTEST_SKIP() << tally_.skip_message();
+    } else if (tally_.skipped() > 0) {
+      RecordProperty("kernel_under_test_skipped_cases", static_cast<int>(tally_.skipped()));
+      std::printf("%s\n", tally_.partly_skipped_line().c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  // Whether the case with these arguments runs on the kernel under test (then through
+  // run_decode); a skipped case is tallied, a case no kernel can run fails the test.
+  bool admit(const swa_decode::DecodeArgs& args) {
+    const st::CaseDecision decision = st::decide_case_on_device(kernel_, args);
+    tally_.count(decision);
+    if (decision.action == st::CaseAction::kFail) ADD_FAILURE() << "no kernel can run this case: " << decision.why_not;
+    return decision.action == st::CaseAction::kRun;
+  }
+
+  swa_decode::Status run_decode(const swa_decode::DecodeArgs& args) const { return st::decode_on(kernel_, args); }
+
+  // One case: generates, uploads, runs decode on pre-poisoned outputs and compares with the reference.
+  void expect_matches_reference(const st::BatchOptions& options) {
+    SCOPED_TRACE(describe(options));
+    const st::HostBatch batch = st::make_batch(options);
+    st::DeviceBatch device = st::upload_batch(batch);
+    st::Stream stream;
+    const swa_decode::DecodeArgs args = st::device_args(batch, device, 0, batch.num_tokens, stream.get());
+    if (!admit(args)) return;
+    st::poison_outputs(device, stream.get());
+    const swa_decode::Status status = run_decode(args);
+    ASSERT_TRUE(status.ok()) << status.message;
+    stream.synchronize();
+    const st::CheckReport report = st::check_outputs(batch, st::download_outputs(device));
+    EXPECT_TRUE(report.ok) << report.summary() << "\n" << report.failures;
+  }
+
+ private:
+  st::KernelUnderTest kernel_;
+  st::CaseTally tally_{kernel_.family};
 };
+
+class GpuDecode : public GpuTest {};
 
 TEST_F(GpuDecode, RealisticBatch) {
   st::BatchOptions o;
@@ -198,13 +227,7 @@ TEST_F(GpuDecode, NoSinkNoLse) {
 }
 
 // H x index dtype x inv_scale dtype, every edge case mixed into one batch.
-class GpuDecodeShapes
-    : public ::testing::TestWithParam<std::tuple<int64_t, DType, DType>> {
- protected:
-  void SetUp() override {
-    if (!st::cuda_device_available()) GTEST_SKIP() << "no CUDA device: GPU tests skipped";
-  }
-};
+class GpuDecodeShapes : public GpuTest, public ::testing::WithParamInterface<std::tuple<int64_t, DType, DType>> {};
 
 TEST_P(GpuDecodeShapes, MixedEdgeCases) {
   const auto [heads, index_type, scale_type] = GetParam();
@@ -296,8 +319,10 @@ TEST_F(GpuDecode, ZeroTokensIsANoOp) {
   const st::HostBatch batch = st::make_batch(edge_options(1, 16, 400));
   st::DeviceBatch device = st::upload_batch(batch);
   st::Stream stream;
+  const swa_decode::DecodeArgs args = st::device_args(batch, device, 0, 0, stream.get());
+  if (!admit(args)) return;
   st::poison_outputs(device, stream.get());
-  const swa_decode::Status status = run_decode(st::device_args(batch, device, 0, 0, stream.get()));
+  const swa_decode::Status status = run_decode(args);
   ASSERT_TRUE(status.ok()) << status.message;
   stream.synchronize();
   const st::Outputs outputs = st::download_outputs(device);
@@ -315,11 +340,13 @@ TEST_F(GpuDecode, GraphReplayWithNewInputs) {
   const st::HostBatch first = st::make_batch(o);
   st::DeviceBatch device = st::upload_batch(first);
   st::Stream stream;
+  const swa_decode::DecodeArgs args = st::device_args(first, device, 0, first.num_tokens, stream.get());
+  if (!admit(args)) return;  // decided before the capture, which must hold nothing but the decode
 
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  const swa_decode::Status status = run_decode(st::device_args(first, device, 0, first.num_tokens, stream.get()));
+  const swa_decode::Status status = run_decode(args);
   SWAD_TESTING_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   ASSERT_TRUE(status.ok()) << status.message;
   SWAD_TESTING_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -401,10 +428,10 @@ TEST(TestingHarness, PoisonCoversEverySlotNoValidEntryNames) {
   const st::HostTensors tensors = st::materialize_host(batch);
   std::vector<bool> named(batch.num_slots, false);
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
-    const int64_t cols = std::clamp<int64_t>(batch.lens[t], 0, batch.window_size);
-    for (int64_t c = 0; c < cols; ++c) {
+    const int32_t cols = swa_decode::columns_in_window(batch.lens[t], static_cast<int32_t>(batch.window_size));
+    for (int32_t c = 0; c < cols; ++c) {
       const int64_t id = batch.indices[t * batch.index_stride + c];
-      if (id >= 0 && id < batch.num_slots) named[id] = true;
+      if (swa_decode::slot_is_valid(id, batch.num_slots)) named[id] = true;
     }
   }
   for (int64_t slot = 0; slot < batch.num_slots; ++slot) {

@@ -1,0 +1,112 @@
+// A small decode problem in host memory, built slot by slot, for the CPU tests (reference,
+// validation, kernel selection). The other half of the one test fixture is testing/batch.h
+// (realistic random batches for the GPU tests and the bench); both draw from testing::Rng, poison
+// with testing's constants and round to bf16 with testing::float_to_bf16_bits (host_numerics.h).
+//
+// Every cache row starts out poisoned (e4m3 NaN kE4m3NaN in every byte, scale NaN), out holds
+// kBf16PoisonBits and lse NaN, and only the slots a test names as entries get real data, so a read
+// of anything docs/semantics.md calls "no entry" turns the result into NaN.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "swa_decode/swa_decode.h"
+#include "testing/host_numerics.h"
+
+namespace swa_decode::testing {
+
+// Defaults small enough to follow by hand: q [2, 3, 8], a pool of 3 blocks of 4 slots, W = 4.
+struct ProblemShape {
+  int64_t num_tokens = 2, num_heads = 3, head_dim = 8;
+  int64_t num_blocks = 3, block_size = 4;
+  int64_t window_size = 4, index_cols = 4;
+  // Padding (elements; bytes for kv) added to each stride, 0 = contiguous; non-zero makes every
+  // tensor strided. For head-major q, q_head_pad follows each token row and q_token_pad each head.
+  int64_t q_head_pad = 0, q_token_pad = 0;
+  int64_t out_head_pad = 0, out_token_pad = 0;
+  int64_t kv_token_pad = 0, kv_block_pad = 0;
+  int64_t index_pad = 0, lse_pad = 0;
+  bool head_major_q = false;  // q laid out as [H, T, D] (stride_q_token < stride_q_head)
+  DType inv_scale_dtype = DType::kBFloat16;
+  DType index_dtype = DType::kInt32;
+  DType lens_dtype = DType::kInt32;
+};
+
+class HostProblem {
+ public:
+  HostProblem(const ProblemShape& shape, uint64_t seed);
+
+  int64_t num_slots() const { return s_.num_blocks * s_.block_size; }
+  const ProblemShape& shape() const { return s_; }
+
+  // Gives `slot` a real row (random finite e4m3 codes with |value| <= 7.5) and a scale in [0.5, 2].
+  void fill_slot(int64_t slot);
+  // Gives `slot` the row codes[d % codes.size()] and `inv_scale`.
+  void set_row(int64_t slot, const std::vector<uint8_t>& codes, float inv_scale);
+  // Stores bf16(value) as the bf16 and as the fp32 scale, so both dtypes give the same result.
+  void set_scale(int64_t slot, float value) { scales_.set(slot, float_to_bf16_bits(value), round_to_bf16(value)); }
+  uint8_t* row(int64_t slot);
+
+  // Writes an index without filling its row (use for ids that must never be read).
+  void set_index_raw(int64_t t, int64_t c, int64_t id) {
+    indices_.set(t * args_.stride_indices_token + c, static_cast<int32_t>(id), id);
+  }
+  // Writes a slot id and fills the slot's row if the id names one.
+  void set_index(int64_t t, int64_t c, int64_t slot);
+  void set_len(int64_t t, int64_t len) { lens_.set(t, static_cast<int32_t>(len), len); }
+  void set_q(int64_t t, int64_t h, int64_t d, float value) { q_[q_offset(t, h, d)] = float_to_bf16_bits(value); }
+  void set_sink(std::vector<float> sink) { sink_ = std::move(sink); }
+
+  // Backend::kCpu arguments over this problem's tensors (valid while it lives).
+  DecodeArgs args();
+
+  uint16_t out_bits(int64_t t, int64_t h, int64_t d) const {
+    return out_[t * args_.stride_out_token + h * args_.stride_out_head + d];
+  }
+  float lse(int64_t t, int64_t h) const { return lse_[t * args_.stride_lse_token + h]; }
+  const std::vector<uint16_t>& out_buffer() const { return out_; }
+  const std::vector<float>& lse_buffer() const { return lse_; }
+  Rng& rng() { return rng_; }
+
+ private:
+  // One tensor in both dtypes it may take (int32 / int64 indices and lens, bf16 bits / fp32
+  // scales), always written together, so the problem is the same whichever dtype args() names.
+  template <typename First, typename Second>
+  class InBothDtypes {
+   public:
+    InBothDtypes(size_t count, First first, Second second) : first_(count, first), second_(count, second) {}
+    void set(int64_t i, First first, Second second) {
+      first_[i] = first;
+      second_[i] = second;
+    }
+    const void* data(bool second) const {
+      return second ? static_cast<const void*>(second_.data()) : static_cast<const void*>(first_.data());
+    }
+
+   private:
+    std::vector<First> first_;
+    std::vector<Second> second_;
+  };
+
+  int64_t q_offset(int64_t t, int64_t h, int64_t d) const {
+    return t * args_.stride_q_token + h * args_.stride_q_head + d;
+  }
+
+  ProblemShape s_;
+  Rng rng_;
+  DecodeArgs args_;  // shapes, strides and dtypes, set once; args() adds the tensor pointers
+  std::vector<uint16_t> q_;
+  std::vector<uint8_t> cache_;
+  InBothDtypes<uint16_t, float> scales_;  // bf16 bits, fp32
+  std::vector<bool> filled_;
+  InBothDtypes<int32_t, int64_t> indices_;
+  InBothDtypes<int32_t, int64_t> lens_;
+  std::vector<float> sink_;
+  std::vector<uint16_t> out_;
+  std::vector<float> lse_;
+};
+
+}  // namespace swa_decode::testing
