@@ -33,7 +33,7 @@ BENCH_NAME = re.compile(r"^v(\d+)_h(\d+)\.json$")  # one `swa-decode bench --jso
 
 # The README's short table: the most heads and half of it, at one, a few and many decode rows.
 README_HEADS = (128, 64)
-README_TOKENS = (1, 32, 128, 512, 2048)
+README_TOKENS = (1, 32, 128, 2048)
 README_BEGIN = "<!-- bench-table:begin (python3 scripts/plot_bench.py rewrites this block) -->"
 README_END = "<!-- bench-table:end -->"
 
@@ -106,6 +106,14 @@ class Bench:
         self.heads = sorted({r["H"] for r in self.rows}, reverse=True)
         self.tokens = sorted({r["T"] for r in self.rows})
         self.families = sorted({family(r["kernel"]) for r in self.rows})
+
+    @property
+    def shape(self) -> str:
+        """What every row shares, e.g. "W = 128, D = 512, int32 indices"."""
+        windows = sorted({r["W"] for r in self.rows if "W" in r})
+        index_types = sorted({r["index_type"] for r in self.rows if "index_type" in r})
+        return ", ".join(([f"W = {'/'.join(map(str, windows))}"] if windows else []) + ["D = 512"] +
+                         ([f"{'/'.join(index_types)} indices"] if index_types else []))
 
     @property
     def device(self) -> str:
@@ -296,10 +304,8 @@ def draw_svg(bench: Bench, peers: list) -> str:
         legend.append(text(x + 48, legend_y, "legend", label))
         x += 70 + 8 * len(label)  # 13 px text averages under 8 px a character
 
-    windows = sorted({r.get("W") for r in bench.rows if r.get("W")})
-    shape = f"W = {', '.join(map(str, windows))}, D = 512" if windows else "D = 512"
-    subtitle = (f"{bench.device}, commit {bench.commit}: {shape}, realistic decode batches, median "
-                "CUDA-graph replay time")
+    subtitle = (f"{bench.device}, commit {bench.commit}: {bench.shape}, realistic decode batches, "
+                "median CUDA-graph replay time")
     if peers:
         subtitle2 = ("peers (dotted, squares) measured on the same GPU; their ratio uses this "
                      "library's floor for the same H and T")
@@ -485,9 +491,9 @@ def update_readme(bench: Bench, peers: list, dropin_path, path: str) -> bool:
     tokens = [t for t in README_TOKENS if t in bench.tokens]
     block = [
         README_BEGIN,
-        f"Measured on one {bench.device} (commit {bench.commit}); W = 128, D = 512, int32 indices, "
-        "sinks and LSE on, `us` the median CUDA-graph replay time, `x floor` the time over the "
-        "copy-bandwidth floor. The faster family is in bold.",
+        f"Measured on one {bench.device} (commit {bench.commit}); {bench.shape}, sinks and LSE on, "
+        "`us` the median CUDA-graph replay time, `x floor` the time over the copy-bandwidth floor. "
+        "The faster family is in bold; `decode()` picks as \"Which kernel runs\" says.",
         "",
         *comparison_table(bench, peers, heads, tokens),
         "",
