@@ -23,6 +23,9 @@ cli="$build/tools/swa-decode"
 # kernel that cannot run a case skips it with a message holding skip_marker (tests/gpu/).
 gpu_tests=${GPU_TESTS:-Gpu}
 skip_marker="kernel under test"
+# gtest_check reads the per-test lines "[  SKIPPED ] Name (N ms)": forced on here, whatever
+# GTEST_BRIEF or GTEST_PRINT_TIME the environment sets.
+gtest_flags=(--gtest_brief=0 --gtest_print_time=1)
 
 summary="$out/summary.txt"
 : > "$summary"
@@ -164,7 +167,7 @@ for step in $steps; do
       for kernel in ${TEST_KERNELS:-auto portable sm90}; do
         start=$SECONDS
         log="$logs/tests_$kernel.log"
-        SWA_DECODE_TEST_KERNEL=$kernel timeout "${TESTS_TIMEOUT:-300}" "$tests" --gtest_filter="${TESTS_FILTER:-*}" > "$log" 2>&1
+        SWA_DECODE_TEST_KERNEL=$kernel timeout "${TESTS_TIMEOUT:-300}" "$tests" "${gtest_flags[@]}" --gtest_filter="${TESTS_FILTER:-*}" > "$log" 2>&1
         rc=$?
         gtest_check "tests[$kernel]" "$log" "$rc" "" "$((SECONDS - start)) s"
       done
@@ -177,7 +180,7 @@ for step in $steps; do
       for kernel in ${SANITIZE_KERNELS:-portable sm90}; do
         for tool in memcheck racecheck initcheck; do
           ( SWA_DECODE_TEST_KERNEL=$kernel timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-              "$tests" --gtest_filter="$filter" > "$logs/sanitize_${kernel}_$tool.log" 2>&1
+              "$tests" "${gtest_flags[@]}" --gtest_filter="$filter" > "$logs/sanitize_${kernel}_$tool.log" 2>&1
             echo $? > "$logs/sanitize_${kernel}_$tool.rc" ) &
         done
       done
