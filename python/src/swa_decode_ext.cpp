@@ -14,6 +14,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include "swa_decode/limits.h"
 #include "swa_decode/swa_decode.h"
 
 namespace nb = nanobind;
@@ -296,6 +297,10 @@ NB_MODULE(_C, m) {
         "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
         "cudaStream_t as an integer, 0 = legacy default stream) and not waited for.");
   m.def("version", []() { return std::string(swa_decode::version()); });
+  // include/swa_decode/limits.h, re-exported by swa_decode.limits.
+  m.attr("GPU_HEAD_DIM") = swa_decode::kGpuHeadDim;
+  m.attr("MAX_GPU_HEADS") = swa_decode::kMaxGpuHeads;
+  m.attr("MAX_WINDOW") = swa_decode::kMaxWindow;
   m.attr("kViewQ") = kViewQ;
   m.attr("kViewInvScale") = kViewInvScale;
   m.attr("kViewOut") = kViewOut;

@@ -12,6 +12,8 @@ from typing import Optional
 
 import pytest
 
+from swa_decode.limits import GPU_HEAD_DIM
+
 torch = pytest.importorskip("torch")
 
 
@@ -44,7 +46,7 @@ class Batch:
         return Batch(**moved)
 
 
-def make_batch(T=4, H=8, D=512, num_blocks=6, block_size=16, W=32, *, seed=0,
+def make_batch(T=4, H=8, D=GPU_HEAD_DIM, num_blocks=6, block_size=16, W=32, *, seed=0,
                index_dtype=torch.int64, lens_dtype=torch.int64, scale_dtype=torch.bfloat16,
                scale_2d=True, lens=None, extra_index_cols=0, row_stride=None, sink=None,
                poison=True) -> Batch:
