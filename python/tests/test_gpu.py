@@ -237,3 +237,11 @@ def test_limits_are_the_ones_the_gpu_checks():
     assert "head_dim" in message and str(GPU_HEAD_DIM) in message, message
     assert message.endswith(f"got {GPU_HEAD_DIM // 2}"), message
 
+
+def test_view_with_fewer_rows_than_block_size_is_refused():
+    """The issue's case on the GPU, where trusting block_size read outside the view: a
+    (4, 64, D) view of a (4, 128, D) cache with block_size = 128."""
+    b = make_batch(T=2, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=128, W=64).to("cuda")
+    view = b.kv_cache[:, :64]
+    with pytest.raises(ValueError, match=r"kv_cache\.shape\[1\] must equal block_size = 128, "):
+        swa_decode.decode(b.q, view, b.inv_scale, b.indices, b.lens, block_size=128)
