@@ -23,6 +23,7 @@ import subprocess
 import torch
 
 import swa_decode
+from swa_decode.limits import GPU_HEAD_DIM
 
 
 # ---- The seed's fallback: `_fallback_batched_sdp` from the seed's swa_decode_kernel.py
@@ -74,7 +75,7 @@ def seed_fallback_batched_sdp(q, swa_kv_cache, swa_inv_scale, swa_indices, swa_l
 # ---- end of the seed's code ----
 
 
-def make_inputs(T: int, H: int, D: int = 512, W: int = 128, block_size: int = 256,
+def make_inputs(T: int, H: int, D: int = GPU_HEAD_DIM, W: int = 128, block_size: int = 256,
                 seed: int = 0, device: str = "cuda"):
     """A realistic decode batch: per-token context lengths, windows over random pool blocks."""
     g = torch.Generator().manual_seed(seed)
@@ -146,7 +147,8 @@ def main() -> None:
         raise SystemExit("bench_vs_seed.py needs a CUDA device")
 
     rows = []
-    print(f"device: {torch.cuda.get_device_name()}  H={args.heads} D=512 W=128 block_size=256")
+    print(f"device: {torch.cuda.get_device_name()}  H={args.heads} D={GPU_HEAD_DIM} W=128 "
+          "block_size=256")
     print(f"{'T':>5} {'seed eager us':>14} {'drop-in eager us':>17} {'drop-in graph us':>17} "
           f"{'speedup (graph)':>16} {'rel L2 vs seed':>15}")
     for T in args.tokens:

@@ -1,9 +1,12 @@
 // The Python binding: DLPack tensors in, one swa_decode::DecodeArgs out, one call to
-// swa_decode::decode. It checks only what DecodeArgs cannot express (rank, the unit stride in D,
-// shapes that must agree across tensors, one device for all, the DLPack dtype of each tensor);
-// every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's, and its
-// Status comes back as an exception with the message intact: ValueError for kInvalidArgument and
-// kNotSupported, RuntimeError for kCudaError and kInternal.
+// swa_decode::decode. It checks what DecodeArgs cannot express (rank, the unit stride in D, one
+// device for all, the DLPack dtype of each tensor) and every shape a tensor carries that another
+// tensor or an argument can contradict (T, H, D across tensors; kv_cache.shape[1] against
+// block_size; inv_scale.shape[0] against the slots; indices.shape[1] against window_size), so
+// that DecodeArgs never describes more than the tensors hold and messages name the Python
+// argument. Every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's,
+// and its Status comes back as an exception with the message intact: ValueError for
+// kInvalidArgument and kNotSupported, RuntimeError for kCudaError and kInternal.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,6 +17,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include "swa_decode/limits.h"
 #include "swa_decode/swa_decode.h"
 
 namespace nb = nanobind;
@@ -78,6 +82,16 @@ void check_dim(const Array& a, const char* name, size_t dim, int64_t expected, c
   if (actual != expected) {
     value_error(std::string(name) + ".shape[" + std::to_string(dim) + "] must equal " + what +
                 " = " + std::to_string(expected) + ", got " + std::to_string(actual));
+  }
+}
+
+template <class Array>
+void check_dim_at_least(const Array& a, const char* name, size_t dim, int64_t minimum,
+                        const char* what) {
+  const auto actual = static_cast<int64_t>(a.shape(dim));
+  if (actual < minimum) {
+    value_error(std::string(name) + ".shape[" + std::to_string(dim) + "] must be >= " + what +
+                " = " + std::to_string(minimum) + ", got " + std::to_string(actual));
   }
 }
 
@@ -146,7 +160,10 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
   check_ndim(q, "q", 3, "(num_tokens, num_heads, head_dim)");
   check_ndim(kv_cache, "kv_cache", 3, "(num_blocks, block_size, head_dim)");
   if (inv_scale.ndim() == 2) {
-    check_dim(inv_scale, "inv_scale", 1, 1, "1 for a (num_slots, 1) scale");
+    if (inv_scale.shape(1) != 1) {
+      value_error("inv_scale.shape[1] must equal 1 (a (num_slots, 1) scale), got " +
+                  std::to_string(inv_scale.shape(1)));
+    }
   } else if (inv_scale.ndim() != 1) {
     value_error("inv_scale must be 1-D (num_slots,) or 2-D (num_slots, 1), got " +
                 std::to_string(inv_scale.ndim()) + "-D");
@@ -159,6 +176,18 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
   const auto num_heads = static_cast<int64_t>(q.shape(1));
   const auto head_dim = static_cast<int64_t>(q.shape(2));
   check_dim(kv_cache, "kv_cache", 2, head_dim, "q.shape[2] (head_dim)");
+  // DecodeArgs has one block_size, so the argument and the view must agree: a larger block_size
+  // maps slot b * block_size + o to row o >= kv_cache.shape[1] of block b, outside the view (in
+  // the last block, past the allocation); a smaller one maps slots to rows the caller did not mean.
+  check_dim(kv_cache, "kv_cache", 1, block_size, "block_size");
+  const auto num_blocks = static_cast<int64_t>(kv_cache.shape(0));
+  int64_t num_slots = 0;
+  // An S that overflows int64 is validate_args' to report ("num_blocks * block_size must fit").
+  if (!__builtin_mul_overflow(num_blocks, block_size, &num_slots)) {
+    check_dim_at_least(inv_scale, "inv_scale", 0, num_slots,
+                       "kv_cache.shape[0] * block_size (num_slots)");
+  }
+  check_dim_at_least(indices, "indices", 1, window_size, "window_size");
   check_dim(indices, "indices", 0, num_tokens, "q.shape[0] (num_tokens)");
   check_dim(lens, "lens", 0, num_tokens, "q.shape[0] (num_tokens)");
   check_dim(out, "out", 0, num_tokens, "q.shape[0] (num_tokens)");
@@ -237,7 +266,7 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
       .num_tokens = num_tokens,
       .num_heads = num_heads,
       .head_dim = head_dim,
-      .num_blocks = static_cast<int64_t>(kv_cache.shape(0)),
+      .num_blocks = num_blocks,
       .block_size = block_size,
       .window_size = window_size,
       .scale = static_cast<float>(scale),
@@ -296,6 +325,10 @@ NB_MODULE(_C, m) {
         "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
         "cudaStream_t as an integer, 0 = legacy default stream) and not waited for.");
   m.def("version", []() { return std::string(swa_decode::version()); });
+  // include/swa_decode/limits.h, re-exported by swa_decode.limits.
+  m.attr("GPU_HEAD_DIM") = swa_decode::kGpuHeadDim;
+  m.attr("MAX_GPU_HEADS") = swa_decode::kMaxGpuHeads;
+  m.attr("MAX_WINDOW") = swa_decode::kMaxWindow;
   m.attr("kViewQ") = kViewQ;
   m.attr("kViewInvScale") = kViewInvScale;
   m.attr("kViewOut") = kViewOut;

@@ -6,13 +6,14 @@
 - ``native_swa_decode_attention(...)``: a drop-in for the seed's function of that name.
 - ``torch.ops.swa_decode.decode`` / ``decode_out``: the torch custom ops behind ``decode`` for
   torch tensors (registered when torch is importable), usable under torch.compile and CUDA graphs.
+- ``limits``: ``GPU_HEAD_DIM``, ``MAX_GPU_HEADS``, ``MAX_WINDOW``, the library's own numbers.
 
 The semantics (valid entries, sink, LSE, empty tokens) are in docs/semantics.md.
 """
 
-from swa_decode import _C
+from swa_decode import _C, limits
 from swa_decode._api import decode, native_swa_decode_attention
 
 __version__ = _C.version()
 
-__all__ = ["decode", "native_swa_decode_attention", "__version__"]
+__all__ = ["decode", "native_swa_decode_attention", "limits", "__version__"]

@@ -1,9 +1,12 @@
 """The public Python functions. Checked here: only what the native layer cannot see (Python types,
-torch devices, the 3-D indices of the seed, dtypes DLPack cannot carry); everything else (shapes,
-strides, ranges, dtypes, what the GPU supports) is checked once in C++ and raised from there."""
+integer arguments that must not be truncated, torch devices, the 3-D indices and the longer index
+and length tensors of the seed, dtypes DLPack cannot carry); everything else (shapes, strides,
+ranges, dtypes, what the GPU supports) is checked once in the binding or in C++ and raised from
+there."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional
 
 from swa_decode import _C
@@ -19,8 +22,24 @@ except ImportError:
 _DL_CPU = 1
 _DL_CUDA = 2
 
+# The binding's int64_t arguments.
+_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
 def _type_name(x: Any) -> str:
     return f"{type(x).__module__}.{type(x).__qualname__}"
+
+
+def _int_arg(name: str, value) -> int:
+    """An integer argument, never truncated: operator.index takes Python, numpy and 0-D torch
+    integers and refuses floats and strings (int(16.5) would pass as 16)."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{name} must fit in int64, got {value}")
+    return value
 
 
 def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
@@ -42,6 +61,9 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     (numpy on CPU; CuPy, JAX, ... on CUDA with stream= given as an int or a stream object) go
     straight to the native binding.
     """
+    block_size = _int_arg("block_size", block_size)
+    if window_size is not None:
+        window_size = _int_arg("window_size", window_size)
     if _torch is not None and isinstance(q, _torch.Tensor):
         return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                              scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
@@ -60,18 +82,39 @@ def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa
     entry gets 0 (the seed: NaN); slot ids past the cache are no entry (the seed: an indexing
     error); duplicate ids count as often as they appear, as in the seed.
     """
-    num_tokens = q.shape[0]
-    if swa_indices.ndim == 3:
-        _check_batch_of_one(swa_indices, "swa_indices")
-        swa_indices = swa_indices[0]
-    return decode(q, swa_kv_cache, swa_inv_scale, swa_indices[:num_tokens], swa_lens[:num_tokens],
-                  block_size=block_size, scale=scale, window_size=window_size)
+    if getattr(q, "ndim", None) == 3:  # any other q is decode()'s to report
+        num_tokens = q.shape[0]
+        swa_indices = _first_rows(swa_indices, "swa_indices", num_tokens)
+        swa_lens = _first_rows(swa_lens, "swa_lens", num_tokens)
+    return decode(q, swa_kv_cache, swa_inv_scale, swa_indices, swa_lens, block_size=block_size,
+                  scale=scale, window_size=window_size)
+
+
+_INDICES_LAYOUT = "2-D (T, W) or 3-D (1, T, W)"
 
 
 def _check_batch_of_one(indices, name: str) -> None:
     if indices.shape[0] != 1:
-        raise ValueError(f"{name} must be 2-D (T, W) or 3-D (1, T, W), got shape "
-                         f"{tuple(indices.shape)}")
+        raise ValueError(f"{name} must be {_INDICES_LAYOUT}, got shape {tuple(indices.shape)}")
+
+
+def _first_rows(x, name: str, num_tokens: int):
+    """The first num_tokens rows of the seed's swa_indices ((T', W) or (1, T', W)) or swa_lens
+    ((T',)), which may have more rows than q (T' >= T), never fewer."""
+    if not hasattr(x, "ndim"):
+        return x  # not an array: decode() raises the TypeError
+    is_indices = name == "swa_indices"
+    if is_indices and x.ndim == 3:
+        _check_batch_of_one(x, name)
+    expected = (2, 3) if is_indices else (1,)
+    if x.ndim not in expected:
+        layout = _INDICES_LAYOUT if is_indices else "1-D (T,)"
+        raise ValueError(f"{name} must be {layout}, got {x.ndim}-D")
+    row_dim = x.ndim - 2 if is_indices else 0
+    if x.shape[row_dim] < num_tokens:
+        raise ValueError(f"{name}.shape[{row_dim}] must be >= q.shape[0] (num_tokens) = "
+                         f"{num_tokens}, got {x.shape[row_dim]}")
+    return x[0, :num_tokens] if x.ndim == 3 else x[:num_tokens]
 
 
 def _defaults(q, indices, scale, window_size):
@@ -79,10 +122,13 @@ def _defaults(q, indices, scale, window_size):
         _check_batch_of_one(indices, "indices")
         indices = indices[0]
     if scale is None:
-        scale = q.shape[-1] ** -0.5
+        # D ** -0.5. A q that is not (T, H, D >= 1) is reported by the binding or by C++ before
+        # scale is used, so any finite placeholder serves there.
+        head_dim = q.shape[-1] if q.ndim == 3 else 0
+        scale = head_dim ** -0.5 if head_dim > 0 else 1.0
     if window_size is None:
         window_size = indices.shape[-1]
-    return indices, float(scale), int(window_size)
+    return indices, float(scale), window_size
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,12 +157,12 @@ def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, w
     indices, scale, window_size = _defaults(q, indices, scale, window_size)
     if out is None:
         out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
-                                     int(block_size), scale, window_size, bool(return_lse))
+                                     block_size, scale, window_size, bool(return_lse))
         return (out_t, lse_t) if return_lse else out_t
     if return_lse and lse is None:
         lse = _torch.empty((q.shape[0], q.shape[1]), dtype=_torch.float32, device=q.device)
     _ops.decode_out_op(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                      int(block_size), scale, window_size)
+                      block_size, scale, window_size)
     return (out, lse) if return_lse else out
 
 
@@ -217,6 +263,6 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
         return x.__dlpack__(stream=stream_handle if stream_handle != 0 else 1)
 
     _C.decode(export(q), export(kv_cache), export(inv_scale), export(indices), export(lens),
-              export(attn_sink), export(out_arg), export(lse), int(block_size), scale,
+              export(attn_sink), export(out_arg), export(lse), block_size, scale,
               window_size, stream_handle, bf16_views)
     return (out, lse) if return_lse else out

@@ -12,6 +12,8 @@ from typing import Optional
 
 import pytest
 
+from swa_decode.limits import GPU_HEAD_DIM
+
 torch = pytest.importorskip("torch")
 
 
@@ -44,7 +46,7 @@ class Batch:
         return Batch(**moved)
 
 
-def make_batch(T=4, H=8, D=512, num_blocks=6, block_size=16, W=32, *, seed=0,
+def make_batch(T=4, H=8, D=GPU_HEAD_DIM, num_blocks=6, block_size=16, W=32, *, seed=0,
                index_dtype=torch.int64, lens_dtype=torch.int64, scale_dtype=torch.bfloat16,
                scale_2d=True, lens=None, extra_index_cols=0, row_stride=None, sink=None,
                poison=True) -> Batch:
@@ -68,9 +70,7 @@ def make_batch(T=4, H=8, D=512, num_blocks=6, block_size=16, W=32, *, seed=0,
     if poison:
         used = torch.zeros(num_slots, dtype=torch.bool)
         for t in range(T):
-            n = min(max(int(lens_t[t]), 0), W)
-            ids = indices[t, :n]
-            used[ids[(ids >= 0) & (ids < num_slots)]] = True
+            used[valid_slots(indices[t], lens_t[t], W, num_slots)] = True
         unused = (~used).nonzero().flatten()
         storage.view(num_slots, stride)[unused] = E4M3_NAN
         inv_scale[unused] = float("nan")
@@ -82,28 +82,36 @@ def make_batch(T=4, H=8, D=512, num_blocks=6, block_size=16, W=32, *, seed=0,
                  attn_sink=attn_sink)
 
 
-def valid_slots(b: Batch, t: int, num_slots: int):
-    """Token t's valid entries (docs/semantics.md): the first min(max(len, 0), W) ids in range."""
-    n = min(max(int(b.lens[t]), 0), b.window_size)
-    return [int(i) for i in b.indices[t, :n] if 0 <= int(i) < num_slots]
+def valid_slots(index_row, length, window_size: int, num_slots: int) -> list[int]:
+    """The tests' one statement of docs/semantics.md "Valid entries", independent of the package:
+    the ids among the first min(max(length, 0), window_size) columns of index_row that lie in
+    [0, num_slots), duplicates kept."""
+    n = min(max(int(length), 0), window_size)
+    return [int(i) for i in index_row[:n] if 0 <= int(i) < num_slots]
+
+
+def windows(b: Batch, dtype):
+    """(t, q[t] (H, D), k (n, D)) for each token t with a valid entry, in `dtype`: k holds the
+    dequantized cache rows of its valid entries in column order, e4m3 * inv_scale[slot]."""
+    num_slots = b.kv_cache.shape[0] * b.block_size
+    kv = b.kv_cache.cpu().view(torch.float8_e4m3fn).to(dtype)
+    inv_scale = b.inv_scale.cpu().reshape(-1).to(dtype)
+    q = b.q.cpu().to(dtype)
+    for t in range(q.shape[0]):
+        ids = valid_slots(b.indices[t], b.lens[t], b.window_size, num_slots)
+        if ids:
+            yield t, q[t], torch.stack([kv[i // b.block_size, i % b.block_size] * inv_scale[i]
+                                        for i in ids])
 
 
 def reference(b: Batch, scale: Optional[float] = None):
     """docs/semantics.md in float64: returns out (T, H, D) and lse (T, H), both float64."""
     T, H, D = b.q.shape
     scale = D ** -0.5 if scale is None else scale
-    num_slots = b.kv_cache.shape[0] * b.block_size
-    kv = b.kv_cache.cpu().view(torch.float8_e4m3fn).to(torch.float64)
-    inv_scale = b.inv_scale.cpu().reshape(-1).to(torch.float64)
-    q = b.q.cpu().to(torch.float64)
     out = torch.zeros(T, H, D, dtype=torch.float64)
     lse = torch.full((T, H), -math.inf, dtype=torch.float64)
-    for t in range(T):
-        ids = valid_slots(b, t, num_slots)
-        if not ids:
-            continue
-        k = torch.stack([kv[i // b.block_size, i % b.block_size] * inv_scale[i] for i in ids])
-        s = scale * q[t] @ k.T                                   # (H, n)
+    for t, q_t, k in windows(b, torch.float64):
+        s = scale * q_t @ k.T                                    # (H, n)
         m = s.max(dim=1, keepdim=True).values
         e = torch.exp(s - m)
         lse[t] = (m.squeeze(1) + torch.log(e.sum(dim=1)))
@@ -125,18 +133,10 @@ def bf16_baseline(b: Batch, scale: Optional[float] = None):
     or the seed's SDPA would), used only to derive the GPU tolerance."""
     T, H, D = b.q.shape
     scale = D ** -0.5 if scale is None else scale
-    num_slots = b.kv_cache.shape[0] * b.block_size
-    kv = b.kv_cache.cpu().view(torch.float8_e4m3fn).to(torch.float32)
-    inv_scale = b.inv_scale.cpu().reshape(-1).to(torch.float32)
-    q = b.q.cpu().to(torch.float32)
     out = torch.zeros(T, H, D, dtype=torch.float32)
-    for t in range(T):
-        ids = valid_slots(b, t, num_slots)
-        if not ids:
-            continue
-        k = torch.stack([kv[i // b.block_size, i % b.block_size] * inv_scale[i] for i in ids])
+    for t, q_t, k in windows(b, torch.float32):
         k = k.to(torch.bfloat16).to(torch.float32)
-        s = scale * q[t] @ k.T
+        s = scale * q_t @ k.T
         p = torch.softmax(s, dim=1).to(torch.bfloat16).to(torch.float32)
         out[t] = p @ k
     return out.to(torch.bfloat16).to(torch.float64)

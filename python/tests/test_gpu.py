@@ -14,6 +14,7 @@ import torch
 
 import swa_decode
 from conftest import assert_lse_equal, bf16_baseline, load_bench_module, make_batch, reference
+from swa_decode.limits import GPU_HEAD_DIM, MAX_GPU_HEADS, MAX_WINDOW
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -41,10 +42,10 @@ def assert_lse_close(lse, ref_lse):
     assert_lse_equal(lse, ref_lse, rtol=1e-4)
 
 
-@pytest.mark.parametrize("H", [1, 8, 16, 32, 64, 128])
+@pytest.mark.parametrize("H", [1, 8, 16, 32, 64, MAX_GPU_HEADS])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_matches_reference(H, index_dtype):
-    b = make_batch(T=6, H=H, D=512, num_blocks=4, block_size=64, W=128, seed=H,
+    b = make_batch(T=6, H=H, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, seed=H,
                    index_dtype=index_dtype, lens=[128, 0, -1, 1, 127, 129]).to("cuda")
     out, lse = run(b, return_lse=True)
     ref_out, ref_lse = reference(b)
@@ -53,7 +54,7 @@ def test_matches_reference(H, index_dtype):
 
 
 def test_holes_duplicates_out_of_range_and_all_empty():
-    b = make_batch(T=4, H=16, D=512, num_blocks=4, block_size=64, W=64, lens=[64] * 4,
+    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=64, lens=[64] * 4,
                    poison=False)
     num_slots = 256
     b.indices[0, 10:20] = -1
@@ -70,7 +71,8 @@ def test_holes_duplicates_out_of_range_and_all_empty():
 
 @pytest.mark.parametrize("sink", [-math.inf, math.inf, 0.0, 4.0])
 def test_sinks(sink):
-    b = make_batch(T=5, H=32, D=512, num_blocks=4, block_size=64, W=128, sink=sink).to("cuda")
+    b = make_batch(T=5, H=32, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128,
+                   sink=sink).to("cuda")
     out, lse = run(b, return_lse=True)
     ref_out, ref_lse = reference(b)
     assert_close_to_reference(out, b, ref_out)
@@ -78,12 +80,12 @@ def test_sinks(sink):
 
 
 def test_strided_inputs_and_outputs():
-    b = make_batch(T=4, H=16, D=512, num_blocks=4, block_size=64, W=64, row_stride=584,
+    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=64, row_stride=584,
                    extra_index_cols=7).to("cuda")
-    wide_q = torch.zeros(4, 20, 512, dtype=torch.bfloat16, device="cuda")
+    wide_q = torch.zeros(4, 20, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     wide_q[:, 2:18] = b.q
     b.q = wide_q[:, 2:18]
-    wide_out = torch.zeros(4, 32, 512, dtype=torch.bfloat16, device="cuda")
+    wide_out = torch.zeros(4, 32, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     out = wide_out[:, ::2]
     run(b, out=out)
     assert_close_to_reference(out, b)
@@ -91,14 +93,14 @@ def test_strided_inputs_and_outputs():
 
 
 def test_long_window():
-    b = make_batch(T=3, H=16, D=512, num_blocks=8, block_size=256, W=1024,
-                   lens=[1024, 1000, 3]).to("cuda")
+    b = make_batch(T=3, H=16, D=GPU_HEAD_DIM, num_blocks=8, block_size=256, W=MAX_WINDOW,
+                   lens=[MAX_WINDOW, MAX_WINDOW - 24, 3]).to("cuda")
     assert_close_to_reference(run(b), b)
 
 
 def test_drop_in_vs_seed_fallback_on_gpu():
     bench = load_bench_module()
-    inputs = bench.make_inputs(T=32, H=128)
+    inputs = bench.make_inputs(T=32, H=MAX_GPU_HEADS)
     ours = swa_decode.native_swa_decode_attention(*inputs).float()
     seed = bench.seed_fallback_batched_sdp(*inputs).float()
     rel_l2 = ((ours - seed).norm() / seed.norm()).item()
@@ -106,10 +108,10 @@ def test_drop_in_vs_seed_fallback_on_gpu():
 
 
 def test_cuda_graph_capture_then_replay_on_new_inputs():
-    b0 = make_batch(T=8, H=64, D=512, num_blocks=4, block_size=64, W=128, seed=1).to("cuda")
-    b1 = make_batch(T=8, H=64, D=512, num_blocks=4, block_size=64, W=128, seed=2,
-                    lens=[5, 128, 0, 77, -1, 128, 1, 64]).to("cuda")
-    static = make_batch(T=8, H=64, D=512, num_blocks=4, block_size=64, W=128, seed=1).to("cuda")
+    shape = dict(T=8, H=64, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128)
+    b0 = make_batch(**shape, seed=1).to("cuda")
+    b1 = make_batch(**shape, seed=2, lens=[5, 128, 0, 77, -1, 128, 1, 64]).to("cuda")
+    static = make_batch(**shape, seed=1).to("cuda")
     static.indices = static.indices.to(torch.int32)
     static.lens = static.lens.to(torch.int32)
 
@@ -134,7 +136,7 @@ def test_cuda_graph_capture_then_replay_on_new_inputs():
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
 def test_torch_compile_fullgraph(mode):
-    b = make_batch(T=4, H=16, D=512, num_blocks=4, block_size=64, W=128).to("cuda")
+    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128).to("cuda")
 
     @torch.compile(fullgraph=True, mode=mode)
     def step(q, kv, scale, idx, lens):
@@ -167,7 +169,7 @@ class ForeignArray:
 
 
 def test_generic_dlpack_cuda_arrays_with_explicit_stream():
-    b = make_batch(T=4, H=16, D=512, num_blocks=4, block_size=64, W=128).to("cuda")
+    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128).to("cuda")
     out = torch.empty_like(b.q)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -185,7 +187,7 @@ def test_generic_dlpack_cuda_arrays_with_explicit_stream():
 
 def test_cupy_arrays():
     cupy = pytest.importorskip("cupy")
-    b = make_batch(T=4, H=16, D=512, num_blocks=4, block_size=64, W=128).to("cuda")
+    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128).to("cuda")
     try:
         q = cupy.from_dlpack(b.q)
     except Exception as e:  # CuPy builds without bfloat16 cannot hold q
@@ -206,7 +208,7 @@ def test_cupy_arrays():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_tensors_on_a_device_that_is_not_current():
-    b = make_batch(T=3, H=16, D=512, num_blocks=4, block_size=64, W=64).to("cuda:1")
+    b = make_batch(T=3, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=64).to("cuda:1")
     with torch.cuda.device(0):
         out = run(b)
     torch.cuda.synchronize(1)
@@ -215,6 +217,31 @@ def test_tensors_on_a_device_that_is_not_current():
 
 
 def test_device_mismatch_names_argument():
-    b = make_batch(T=3, H=16, D=512, num_blocks=4, block_size=64, W=64).to("cuda")
+    b = make_batch(T=3, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=64).to("cuda")
     with pytest.raises(ValueError, match=r"lens must be on q's device cuda:0, got cpu"):
         swa_decode.decode(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens.cpu(), block_size=64)
+
+
+def test_limits_are_the_ones_the_gpu_checks():
+    """One head more than MAX_GPU_HEADS, and a head dim other than GPU_HEAD_DIM, are refused on
+    CUDA with the limit in the message (swa_decode.limits and the C++ checks read one header)."""
+    b = make_batch(T=2, H=MAX_GPU_HEADS + 1, D=GPU_HEAD_DIM, num_blocks=2, block_size=64,
+                   W=64).to("cuda")
+    with pytest.raises(ValueError, match=rf"num_heads must be in \[1, {MAX_GPU_HEADS}\], "
+                                         rf"got {MAX_GPU_HEADS + 1}"):
+        run(b)
+    b = make_batch(T=2, H=16, D=GPU_HEAD_DIM // 2, num_blocks=2, block_size=64, W=64).to("cuda")
+    with pytest.raises(ValueError) as info:
+        run(b)
+    message = str(info.value)
+    assert "head_dim" in message and str(GPU_HEAD_DIM) in message, message
+    assert message.endswith(f"got {GPU_HEAD_DIM // 2}"), message
+
+
+def test_view_with_fewer_rows_than_block_size_is_refused():
+    """The issue's case on the GPU, where trusting block_size read outside the view: a
+    (4, 64, D) view of a (4, 128, D) cache with block_size = 128."""
+    b = make_batch(T=2, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=128, W=64).to("cuda")
+    view = b.kv_cache[:, :64]
+    with pytest.raises(ValueError, match=r"kv_cache\.shape\[1\] must equal block_size = 128, "):
+        swa_decode.decode(b.q, view, b.inv_scale, b.indices, b.lens, block_size=128)
