@@ -378,7 +378,10 @@ def comparison_table(bench: Bench, peers: list, heads, tokens) -> list:
                 if variants[f]:
                     cells.append(f"`{r['kernel']}`" if r else "")
                 us, ratio = (us_cell(r["us"]), ratio_cell(r["ratio"])) if r else ("", "")
-                if r and len([x for x in rows.values() if x]) > 1 and r["us"] == fastest:
+                # Bold marks what decode() picks where the JSON says (its "selected" field),
+                # else the faster family.
+                picked = r.get("selected") if r and "selected" in r else (r and r["us"] == fastest)
+                if r and len([x for x in rows.values() if x]) > 1 and picked:
                     us, ratio = f"**{us}**", f"**{ratio}**"
                 cells += [us, ratio]
             cells += [us_cell(p.us(h, t)) for p in peers]
@@ -458,7 +461,7 @@ def write_markdown(bench: Bench, peers: list, svg_path, dropin_path, path: str) 
         "",
         "## Per H and T: each kernel family against the floor" + (" and the peers" if peers else ""),
         "",
-        "The faster family is in bold; which one `decode()` picks is in the README, \"Which kernel runs\".",
+        "In bold the family `decode()` picks (where the JSON records it, else the faster one).",
         "",
         *comparison_table(bench, peers, bench.heads, bench.tokens),
         "",
@@ -493,7 +496,7 @@ def update_readme(bench: Bench, peers: list, dropin_path, path: str) -> bool:
         README_BEGIN,
         f"Measured on one {bench.device} (commit {bench.commit}); {bench.shape}, sinks and LSE on, "
         "`us` the median CUDA-graph replay time, `x floor` the time over the copy-bandwidth floor. "
-        "The faster family is in bold; `decode()` picks as \"Which kernel runs\" says.",
+        "In bold the family `decode()` picks (where the JSON records it, else the faster one).",
         "",
         *comparison_table(bench, peers, heads, tokens),
         "",

@@ -52,6 +52,7 @@ bool run_bench_cpu(const BenchOptions& o, BenchReport& report) {
   row.heads = heads;
   row.window = o.window_size;
   row.kernel = support.kernel;
+  row.selected = true;
   row.index_type = dtype_label(o.index_dtype);
   row.bytes = batch.floor_bytes(0, kTokens);
   row.valid_per_token = static_cast<double>(batch.total_valid_entries(0, kTokens)) / kTokens;

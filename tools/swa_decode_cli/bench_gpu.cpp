@@ -95,6 +95,7 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
   row.heads = o.num_heads;
   row.window = o.window_size;
   row.kernel = support.kernel;
+  row.selected = kernel == KernelId::kNone || query_support(set_args[0]).kernel == support.kernel;
   row.index_type = dtype_label(o.index_dtype);
   row.us = timing.median_us;
   row.floor_us = bytes / (copy_gbps * 1e9) * 1e6;

@@ -64,13 +64,13 @@ void print_table_header() {
 }
 
 void print_row(const BenchRow& r) {
-  std::printf("%6lld %4lld %5lld  %-20s %10s %12lld %8s %10s %7s %8s %9.2e %9.2e  %s (%lld of %lld tokens)\n",
+  std::printf("%6lld %4lld %5lld  %-20s %10s %12lld %8s %10s %7s %8s %9.2e %9.2e  %s (%lld of %lld tokens%s)\n",
               static_cast<long long>(r.tokens), static_cast<long long>(r.heads),
               static_cast<long long>(r.window), r.kernel.c_str(), cell(r.us, "%.2f").c_str(),
               static_cast<long long>(r.bytes), cell(r.gbps, "%.0f").c_str(), cell(r.floor_us, "%.2f").c_str(),
               cell(r.ratio, "%.2fx").c_str(), cell(r.tflops, "%.1f").c_str(), r.max_err, r.rel_l2,
               r.check_ok ? "pass" : "FAIL", static_cast<long long>(r.tokens_checked),
-              static_cast<long long>(r.tokens_scanned));
+              static_cast<long long>(r.tokens_scanned), r.selected ? ", decode() picks it" : "");
   std::fflush(stdout);
 }
 
@@ -87,6 +87,7 @@ void write_json(const BenchReport& report, const std::string& path) {
       << ", \"ratio\": " << json_number(r.ratio) << ", \"gbps\": " << json_number(r.gbps)
       << ", \"tflops\": " << json_number(r.tflops) << ", \"max_err\": " << json_number(r.max_err)
       << ", \"rel_l2\": " << json_number(r.rel_l2) << ", \"kernel\": " << json_string(r.kernel)
+      << ", \"selected\": " << (r.selected ? "true" : "false")
       << ", \"bytes\": " << r.bytes << ", \"valid_per_token\": " << json_number(r.valid_per_token)
       << ", \"index_type\": " << json_string(r.index_type) << ", \"input_sets\": " << r.input_sets
       << ", \"timing_samples\": " << r.timing_samples << ", \"tokens_checked\": " << r.tokens_checked

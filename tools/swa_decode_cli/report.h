@@ -11,6 +11,7 @@ namespace swa_decode::cli {
 struct BenchRow {
   int64_t tokens = 0, heads = 0, window = 0;
   std::string kernel;
+  bool selected = false;           // the kernel decode() picks for this shape (--kernel all times others too)
   std::string index_type;
   // Timing fields are empty on the CPU path, where no timing is meaningful.
   std::optional<double> us, floor_us, ratio, gbps, tflops;
