@@ -117,9 +117,9 @@ Status from_exception(const char* what) {
 
 DecodeShape decode_shape(const DecodeParams& params) {
   // Strides of size-1 dimensions are 0 in params, so they never lower an alignment.
-  const uint64_t kv_bits = reinterpret_cast<uintptr_t>(params.kv_cache) |
-                           static_cast<uint64_t>(params.stride_kv_block) |
-                           static_cast<uint64_t>(params.stride_kv_token) | uint64_t{16};
+  const uint64_t kv_bits = reinterpret_cast<uintptr_t>(params.window.kv_cache) |
+                           static_cast<uint64_t>(params.window.stride_kv_block) |
+                           static_cast<uint64_t>(params.window.stride_kv_token) | uint64_t{16};
   const uint64_t q_out_bits = reinterpret_cast<uintptr_t>(params.q) | reinterpret_cast<uintptr_t>(params.out) |  // bytes
                               (static_cast<uint64_t>(params.stride_q_token) << 1) |
                               (static_cast<uint64_t>(params.stride_q_head) << 1) |
@@ -128,11 +128,11 @@ DecodeShape decode_shape(const DecodeParams& params) {
   return DecodeShape{.num_tokens = params.num_tokens,
                      .num_heads = params.num_heads,
                      .head_dim = params.head_dim,
-                     .window_size = params.window_size,
+                     .window_size = params.window.max_entries,
                      .kv_row_alignment = static_cast<int32_t>(kv_bits & (~kv_bits + 1)),  // lowest set bit
                      .q_out_aligned_16 = q_out_bits % 16 == 0,
-                     .kv_last_row_offset = (params.num_slots / params.block_size - 1) * params.stride_kv_block +
-                                           (params.block_size - 1) * params.stride_kv_token};
+                     .kv_last_row_offset = (params.window.num_slots / params.window.block_size - 1) * params.window.stride_kv_block +
+                                           (params.window.block_size - 1) * params.window.stride_kv_token};
 }
 
 namespace {

@@ -8,34 +8,43 @@
 
 namespace swa_decode {
 
+// One KV source as the kernels read it (docs/semantics.md, "Valid entries"): a paged cache of e4m3
+// rows, one inverse scale per slot, and per token a row of slot ids and a length. The sliding
+// window is one source; DeepSeek-V4's compressed entries (the "extra" source) are another.
+struct KvSourceParams {
+  const uint8_t* kv_cache;       // [num_blocks, block_size, D] e4m3 bytes, unit stride in D; nullptr = no source
+  const void* inv_scale;         // [num_slots] bf16 (inv_scale_is_f32 == 0) or fp32
+  const void* indices;           // [T, >= max_entries] int32 (index_is_i64 == 0) or int64
+  const void* lens;              // [T] int32 (lens_is_i64 == 0) or int64
+  int64_t stride_kv_block;       // bytes (= elements of e4m3)
+  int64_t stride_kv_token;
+  int64_t stride_indices_token;  // elements
+  int64_t num_slots;             // num_blocks * block_size: ids outside [0, num_slots) are no entry
+  int32_t block_size;
+  int32_t max_entries;           // index columns a token may use: window_size for the window
+  int32_t inv_scale_is_f32;
+  int32_t index_is_i64;
+  int32_t lens_is_i64;
+};
+
 struct DecodeParams {
   const __nv_bfloat16* q;      // [T, H, D], stride_q_token / stride_q_head, unit stride in D
-  const uint8_t* kv_cache;     // [num_blocks, block_size, D] e4m3 bytes, unit stride in D
-  const void* inv_scale;       // [num_slots] bf16 (inv_scale_is_f32 == 0) or fp32
-  const void* indices;         // [T, >= window_size] int32 (index_is_i64 == 0) or int64
-  const void* lens;            // [T] int32 (lens_is_i64 == 0) or int64
   const float* attn_sink;      // [H] or nullptr
   float* lse;                  // [T, H] natural log, stride_lse_token, or nullptr
   __nv_bfloat16* out;          // [T, H, D], stride_out_token / stride_out_head, unit stride in D
 
   int64_t stride_q_token;      // elements
   int64_t stride_q_head;
-  int64_t stride_kv_block;     // bytes (= elements of e4m3)
-  int64_t stride_kv_token;
-  int64_t stride_indices_token;
   int64_t stride_lse_token;
   int64_t stride_out_token;
   int64_t stride_out_head;
-  int64_t num_slots;           // num_blocks * block_size: ids outside [0, num_slots) are no entry
+
+  KvSourceParams window;       // the sliding window (always present)
+  KvSourceParams extra;        // the compressed entries; extra.kv_cache == nullptr when absent
 
   int32_t num_tokens;
   int32_t num_heads;
   int32_t head_dim;
-  int32_t block_size;
-  int32_t window_size;
-  int32_t inv_scale_is_f32;
-  int32_t index_is_i64;
-  int32_t lens_is_i64;
   float scale;                 // softmax scale applied to q . k
 };
 

@@ -11,23 +11,23 @@
 
 namespace swa_decode {
 
-__device__ __forceinline__ int64_t load_token_length(const DecodeParams& p, int token) {
-  return p.lens_is_i64 ? static_cast<const int64_t*>(p.lens)[token]
-                       : static_cast<int64_t>(static_cast<const int32_t*>(p.lens)[token]);
+__device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, int token) {
+  return src.lens_is_i64 ? static_cast<const int64_t*>(src.lens)[token]
+                         : static_cast<int64_t>(static_cast<const int32_t*>(src.lens)[token]);
 }
 
-__device__ __forceinline__ int64_t load_slot_id(const DecodeParams& p, int token, int column) {
-  const int64_t offset = token * p.stride_indices_token + column;
-  return p.index_is_i64 ? static_cast<const int64_t*>(p.indices)[offset]
-                        : static_cast<int64_t>(static_cast<const int32_t*>(p.indices)[offset]);
+__device__ __forceinline__ int64_t load_slot_id(const KvSourceParams& src, int token, int column) {
+  const int64_t offset = token * src.stride_indices_token + column;
+  return src.index_is_i64 ? static_cast<const int64_t*>(src.indices)[offset]
+                          : static_cast<int64_t>(static_cast<const int32_t*>(src.indices)[offset]);
 }
 
-__device__ __forceinline__ float load_inv_scale(const DecodeParams& p, int64_t slot) {
-  if (p.inv_scale_is_f32) return static_cast<const float*>(p.inv_scale)[slot];
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p.inv_scale)[slot]);
+__device__ __forceinline__ float load_inv_scale(const KvSourceParams& src, int64_t slot) {
+  if (src.inv_scale_is_f32) return static_cast<const float*>(src.inv_scale)[slot];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(src.inv_scale)[slot]);
 }
 
-// A compacted row offset: bytes from p.kv_cache as int64, or 16-byte units as uint32 where rows are
+// A compacted row offset: bytes from src.kv_cache as int64, or 16-byte units as uint32 where rows are
 // 16-byte aligned and the cache spans at most 64 GiB (the sm90 kernel, to save 1 KiB of its
 // shared memory; select_kernel checks both).
 __device__ __forceinline__ void store_row_offset(int64_t* dst, int64_t bytes) { *dst = bytes; }
@@ -36,7 +36,7 @@ __device__ __forceinline__ void store_row_offset(uint32_t* dst, int64_t bytes) {
 }
 
 // Writes, for each valid entry of `token` in column order, the offset of its cache row from
-// p.kv_cache to s_row_offset[0, n) (store_row_offset) and its inverse scale to s_inv_scale[0, n);
+// src.kv_cache to s_row_offset[0, n) (store_row_offset) and its inverse scale to s_inv_scale[0, n);
 // returns n. The 64-bit slot -> (block, offset) division happens here once per entry, not once
 // per copy.
 // Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
@@ -46,14 +46,14 @@ __device__ __forceinline__ void store_row_offset(uint32_t* dst, int64_t bytes) {
 // then all of its scale loads, before using any: a single warp compacts a 128-entry window in three
 // dependent global round trips (length, indices, scales) instead of nine.
 template <int kThreads, typename Sync, typename RowOffset>
-__device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sync, RowOffset* s_row_offset,
+__device__ int compact_window(const KvSourceParams& src, int token, int tid, Sync sync, RowOffset* s_row_offset,
                               float* s_inv_scale, int* s_warp_counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
   constexpr int kWarps = kThreads / 32;
   constexpr int kColumnsPerThread = kThreads >= 128 ? 1 : 128 / kThreads;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int columns = columns_in_window(load_token_length(p, token), p.window_size);
+  const int columns = columns_in_window(load_token_length(src, token), src.max_entries);
 
   int num_valid = 0;
   for (int base = 0; base < columns; base += kThreads * kColumnsPerThread) {
@@ -61,14 +61,14 @@ __device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sy
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
       const int column = base + k * kThreads + tid;
-      slot[k] = column < columns ? load_slot_id(p, token, column) : -1;
+      slot[k] = column < columns ? load_slot_id(src, token, column) : -1;
     }
     bool valid[kColumnsPerThread];
     float scale[kColumnsPerThread];
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
-      valid[k] = base + k * kThreads + tid < columns && slot_is_valid(slot[k], p.num_slots);
-      scale[k] = valid[k] ? load_inv_scale(p, slot[k]) : 0.0f;
+      valid[k] = base + k * kThreads + tid < columns && slot_is_valid(slot[k], src.num_slots);
+      scale[k] = valid[k] ? load_inv_scale(src, slot[k]) : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
@@ -86,7 +86,7 @@ __device__ int compact_window(const DecodeParams& p, int token, int tid, Sync sy
       if (valid[k]) {
         const int entry = before + __popc(ballot & ((1u << lane) - 1u));
         store_row_offset(&s_row_offset[entry],
-                         (slot[k] / p.block_size) * p.stride_kv_block + (slot[k] % p.block_size) * p.stride_kv_token);
+                         (slot[k] / src.block_size) * src.stride_kv_block + (slot[k] % src.block_size) * src.stride_kv_token);
         s_inv_scale[entry] = scale[k];
       }
       num_valid += chunk_total;

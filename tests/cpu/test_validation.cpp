@@ -96,10 +96,10 @@ TEST(Validation, StridesOfSizeOneDimensionsAreIgnored) {
   EXPECT_EQ(params.stride_q_head, 0);
   EXPECT_EQ(params.stride_out_token, 0);
   EXPECT_EQ(params.stride_out_head, 0);
-  EXPECT_EQ(params.stride_indices_token, 0);
+  EXPECT_EQ(params.window.stride_indices_token, 0);
   EXPECT_EQ(params.stride_lse_token, 0);
-  EXPECT_EQ(params.stride_kv_block, 0);
-  EXPECT_EQ(params.stride_kv_token, a.stride_kv_token);
+  EXPECT_EQ(params.window.stride_kv_block, 0);
+  EXPECT_EQ(params.window.stride_kv_token, a.stride_kv_token);
   EXPECT_TRUE(decode(a).ok());
 }
 
@@ -219,19 +219,19 @@ TEST(Validation, ParamsCarryShapesDtypesAndSlots) {
   EXPECT_EQ(params.num_tokens, 2);
   EXPECT_EQ(params.num_heads, 4);
   EXPECT_EQ(params.head_dim, 8);
-  EXPECT_EQ(params.block_size, 4);
-  EXPECT_EQ(params.window_size, 4);
-  EXPECT_EQ(params.num_slots, 12);
-  EXPECT_EQ(params.inv_scale_is_f32, 1);
-  EXPECT_EQ(params.index_is_i64, 1);
-  EXPECT_EQ(params.lens_is_i64, 1);
+  EXPECT_EQ(params.window.block_size, 4);
+  EXPECT_EQ(params.window.max_entries, 4);
+  EXPECT_EQ(params.window.num_slots, 12);
+  EXPECT_EQ(params.window.inv_scale_is_f32, 1);
+  EXPECT_EQ(params.window.index_is_i64, 1);
+  EXPECT_EQ(params.window.lens_is_i64, 1);
   EXPECT_EQ(params.stride_q_token, a.stride_q_token);
-  EXPECT_EQ(params.stride_kv_token, a.stride_kv_token);
-  EXPECT_EQ(params.stride_indices_token, a.stride_indices_token);
+  EXPECT_EQ(params.window.stride_kv_token, a.stride_kv_token);
+  EXPECT_EQ(params.window.stride_indices_token, a.stride_indices_token);
   EXPECT_EQ(params.scale, a.scale);
   EXPECT_EQ(static_cast<const void*>(params.q), a.q);
   EXPECT_EQ(static_cast<void*>(params.out), a.out);
-  EXPECT_EQ(params.indices, a.indices);
+  EXPECT_EQ(params.window.indices, a.indices);
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   using Smem = SmemPlan<kHeadGroups>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& smem = *reinterpret_cast<Smem*>(smem_raw);
-  const RingPlan ring = ring_plan(kHeadGroups, num_stages, p.window_size);
+  const RingPlan ring = ring_plan(kHeadGroups, num_stages, p.window.max_entries);
   uint8_t* const staging = smem_raw + ring.staging_offset;
   int64_t* s_row_offset = reinterpret_cast<int64_t*>(smem_raw + ring.row_offset_offset);
   float* s_inv_scale = reinterpret_cast<float*>(smem_raw + ring.inv_scale_offset);
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     smem.sinks[group * kHeadsPerGroup + lane] = p.attn_sink != nullptr && head < p.num_heads ? p.attn_sink[head] : -INFINITY;
   }
   const int num_valid = compact_window<kThreads>(
-      p, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
+      p.window, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
 
   // Each head's power-of-two scale into f16 (q_f16.cuh): its largest |q| over the 4 quarters.
   float row_logit[2];
@@ -290,7 +290,7 @@ int portable_smem_bytes(int num_stages, int window_size) {
 template <int kHeadGroups, bool kSplitWindow>
 cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
   constexpr int kThreads = kHeadGroups * portable::kWarpsPerGroup * 32;
-  const int smem_bytes = portable_smem_bytes<kHeadGroups>(num_stages, params.window_size);
+  const int smem_bytes = portable_smem_bytes<kHeadGroups>(num_stages, params.window.max_entries);
   const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow>;
   // Raising the dynamic shared-memory limit is a per-function attribute, not a stream operation,
   // so it is legal while a CUDA graph is being captured; it costs well under a microsecond.

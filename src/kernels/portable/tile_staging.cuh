@@ -47,8 +47,8 @@ __device__ __forceinline__ uint32_t staging_chunk_offset(int row, int chunk) {
 
 // Largest power of two <= 16 that divides every cache-row address: the cp.async width.
 __device__ __forceinline__ int kv_copy_width(const DecodeParams& p) {
-  const uint64_t bits = reinterpret_cast<uint64_t>(p.kv_cache) | static_cast<uint64_t>(p.stride_kv_block) |
-                        static_cast<uint64_t>(p.stride_kv_token);
+  const uint64_t bits = reinterpret_cast<uint64_t>(p.window.kv_cache) | static_cast<uint64_t>(p.window.stride_kv_block) |
+                        static_cast<uint64_t>(p.window.stride_kv_token);
   return (bits & 15) == 0 ? 16 : (bits & 7) == 0 ? 8 : 4;
 }
 
@@ -71,7 +71,7 @@ __device__ __forceinline__ void issue_tile_copy_width(const DecodeParams& p, con
     const int key = tile * kKeysPerTile + row;
     const bool valid = key < num_valid;
     // A masked row copies nothing (src-size 0 zero-fills) from an address that stays in bounds.
-    const uint8_t* src_row = (valid ? p.kv_cache + s_row_offset[key] : p.kv_cache) + first_chunk * kChunkBytes;
+    const uint8_t* src_row = (valid ? p.window.kv_cache + s_row_offset[key] : p.window.kv_cache) + first_chunk * kChunkBytes;
     const uint32_t src_bytes = valid ? kWidth : 0;
     const uint32_t dst_row = dst_first + pass * kRowsPerPass * kHeadDim;
 #pragma unroll

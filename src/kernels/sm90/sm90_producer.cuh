@@ -20,7 +20,7 @@ inline constexpr int kCompactThreads = 32;
 inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
 
 __device__ __forceinline__ const uint8_t* row_address(const DecodeParams& p, uint32_t row_offset_16) {
-  return p.kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
+  return p.window.kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
 }
 
 __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, const SmemSync& sync,
@@ -31,7 +31,7 @@ __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPla
     const int key = piece / kChunksPerHalfRow;
     const int chunk = piece % kChunksPerHalfRow;
     const bool valid = key < num_valid;
-    const uint8_t* src = valid ? row_address(p, smem.row_offset[meta][key]) + half * kHalfDims + chunk * 16 : p.kv_cache;
+    const uint8_t* src = valid ? row_address(p, smem.row_offset[meta][key]) + half * kHalfDims + chunk * 16 : p.window.kv_cache;
     ptx::cp_async_16(ptx::smem_addr(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
   }
   ptx::cp_async_commit();
@@ -67,7 +67,7 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
     const int meta = it & 1;
     ptx::mbarrier_wait(&sync.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
     const int n = compact_window<kCompactThreads>(
-        p, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], sync.warp_counts);
+        p.window, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], sync.warp_counts);
     if (lane == 0) sync.num_valid[meta] = n;
     __syncwarp();
     ptx::mbarrier_arrive(&sync.meta_full[meta]);
