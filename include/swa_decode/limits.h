@@ -20,4 +20,9 @@ inline constexpr int64_t kMaxGpuHeads = 128;
 // staging stages in sm_86/89/120's 99 KiB (src/kernels/portable/portable_plan.h checks it).
 inline constexpr int64_t kMaxWindow = 1024;
 
+// Index columns read per token from the extra (compressed-entry) source: DeepSeek-V4's C128A
+// layers attend to context / 128 entries, 8192 at a 1M context; 16384 leaves room for 2M. The
+// kernels walk the extra entries in tiles, so this bounds only validation and the tests.
+inline constexpr int64_t kMaxExtraEntries = 16384;
+
 }  // namespace swa_decode

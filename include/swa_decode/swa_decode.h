@@ -36,6 +36,39 @@ struct Status {
   bool ok() const { return code == StatusCode::kOk; }
 };
 
+// A second KV source whose valid entries join the window's in the same softmax: DeepSeek-V4's
+// compressed entries (the top-k an indexer picked in a C4A layer, all of a token's compressed
+// positions in a C128A layer). Its own paged cache, scales, ids and lengths, with the window's
+// rules (docs/semantics.md, "The extra source"). kv_cache == nullptr: no extra source, and every
+// other field is ignored. Strides in elements (bytes for the cache), as in DecodeArgs.
+struct KvSource {
+  // ---- kv_cache: [num_blocks, block_size, D] e4m3 bytes, unit stride in D ----
+  const void* kv_cache = nullptr;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t stride_kv_block = 0;
+  int64_t stride_kv_token = 0;
+
+  // ---- inv_scale: [num_scales] bf16 or fp32, one per slot; num_scales >= num_blocks * block_size
+  const void* inv_scale = nullptr;
+  DType inv_scale_dtype = DType::kBFloat16;
+  int64_t num_scales = 0;
+
+  // ---- indices: [T, index_cols] int32 or int64 slot ids, -1 = no entry; the first max_entries
+  // columns of each row are read, so index_cols >= max_entries.
+  const void* indices = nullptr;
+  DType index_dtype = DType::kInt32;
+  int64_t index_cols = 0;
+  int64_t stride_indices_token = 0;
+
+  // ---- lens: [T] int32 or int64, contiguous. Negative counts as 0.
+  const void* lens = nullptr;
+  DType lens_dtype = DType::kInt32;
+
+  // Index columns a token may use, 1..kMaxExtraEntries (the window's window_size).
+  int64_t max_entries = 0;
+};
+
 // All strides are in elements of the tensor's own dtype (bytes for the e4m3 cache).
 struct DecodeArgs {
   // ---- shapes ----
@@ -74,6 +107,9 @@ struct DecodeArgs {
   // ---- lens: [T] int32 or int64, contiguous. Negative counts as 0 (CUDA-graph padding rows).
   const void* lens = nullptr;
   DType lens_dtype = DType::kInt32;
+
+  // ---- optional: the compressed entries, in the same softmax as the window (KvSource above).
+  KvSource extra = {};
 
   // ---- optional: attn_sink [H] fp32 per-head sink logit, or nullptr for none. -inf = no sink.
   const float* attn_sink = nullptr;
