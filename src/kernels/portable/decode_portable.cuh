@@ -139,12 +139,9 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       smem.q_frags[warp][2 * c + 1][lane] = make_uint4(pair.kstep1[0], pair.kstep1[1], pair.kstep1[2], pair.kstep1[3]);
     }
   }
-  // The window's largest |inv_scale| (group_softmax.cuh), reduced by every warp on its own.
-  float value_norm = 0.0f;
-  for (int i = lane; i < num_valid; i += 32) value_norm = fmaxf(value_norm, fabsf(s_inv_scale[i]));
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value_norm = fmaxf(value_norm, __shfl_xor_sync(0xFFFFFFFFu, value_norm, offset));
-  if (!(value_norm > 0.0f) || isinf(value_norm)) value_norm = 1.0f;
+  // value_norm from the window's largest |inv_scale| (group_softmax.cuh), reduced by every warp on
+  // its own.
+  const float value_norm = value_norm_of(list_max_magnitude(s_inv_scale, num_valid, lane));
   const float inv_value_norm = 1.0f / value_norm;
 
   const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
