@@ -13,7 +13,9 @@
 //
 // The PV operand is P_j * inv_scale_j / value_norm in f16, value_norm = the largest |inv_scale| of
 // the entries so far (value_norm_of): the ratio is <= 1, so the operand is <= 256 whatever the
-// cache's scales are, and the epilogue multiplies by value_norm again.
+// cache's scales are, and the epilogue multiplies by value_norm again. With an extra source the
+// entries come in chunks and a later chunk may raise value_norm; the kernel then multiplies the
+// accumulator by old / new value_norm (<= 1, a power of two: exact) before that chunk's tiles.
 #pragma once
 
 #include <cstdint>
@@ -156,8 +158,9 @@ __device__ __forceinline__ float list_max_magnitude(const float* inv_scale, int 
 
 // value_norm for the largest |inv_scale| of the entries seen so far (0 for none): the smallest power
 // of two >= that maximum, within [2^-126, 2^126]. A power of two makes 1 / value_norm exact both
-// ways, and a rescale by old / new value_norm exact (issue 11's chunks of entries need that), and
-// the ratios stay in (1/2, 1] for the largest scale, so f16 keeps the same precision. The bounds keep both normal floats: a maximum below 2^-128 made the
+// ways (the extra-source kernel keeps only the inverse, and gets value_norm back from it), the
+// rescale by old / new value_norm exact, and the ratios stay in (1/2, 1] for the largest scale, so
+// f16 keeps the same precision. The bounds keep both normal floats: a maximum below 2^-128 made the
 // inverse inf and a masked key's 0 * inf a NaN in P. An infinite or NaN maximum (a valid entry's
 // scale: the result is unspecified) gets 2^126.
 __device__ __forceinline__ float value_norm_of(float max_magnitude) {
