@@ -503,6 +503,11 @@ RandomRunResult run_random_configs(const ConfigSpace& space, const RunPlan& plan
       result.failed_configs += 1;
       result.failures.push_back(failure_message(job.config, "-", "", std::string("threw: ") + e.what(), replay));
       continue;
+    } catch (...) {  // never leave the workers joinable on the way out
+      std::lock_guard<std::mutex> lock(mutex);
+      result.failed_configs += 1;
+      result.failures.push_back(failure_message(job.config, "-", "", "threw a non-standard exception", replay));
+      continue;
     }
     queue.push(std::move(job));
   }

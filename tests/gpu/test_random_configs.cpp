@@ -120,6 +120,9 @@ TEST_F(GpuRandomConfigs, EveryKernelFamilyMatchesTheReference) {
   st::Stream stream;
   const auto run_families = [&](const st::RandomConfig& config, const st::HostBatch& batch) {
     st::DeviceBatch device = st::upload_batch(batch);
+    // The upload runs on the legacy stream (a memset and pageable copies that may still be in
+    // flight when they return), the decodes on a non-blocking stream that does not wait for it.
+    SWAD_TESTING_CUDA_CHECK(cudaDeviceSynchronize());
     const swa_decode::DecodeArgs args = st::device_args(batch, device, 0, batch.num_tokens, stream.get());
     std::vector<st::FamilyRun> runs;
     for (const Family& family : kFamilies) {
