@@ -8,21 +8,17 @@ input, plus one bf16 ulp of the output's magnitude.
 """
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 import swa_decode
-from conftest import assert_lse_equal, bf16_baseline, load_bench_module, make_batch, reference
-from swa_decode.limits import GPU_HEAD_DIM, MAX_GPU_HEADS, MAX_WINDOW
+from conftest import (assert_lse_equal, bf16_baseline, load_bench_module, make_batch, reference,
+                      run)
+from swa_decode.limits import GPU_HEAD_DIM, MAX_EXTRA_ENTRIES, MAX_GPU_HEADS, MAX_WINDOW
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def run(b, **kw):
-    return swa_decode.decode(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens,
-                             block_size=b.block_size, window_size=b.window_size,
-                             attn_sink=b.attn_sink, **kw)
 
 
 def assert_close_to_reference(out, b, ref_out=None):
@@ -81,7 +77,7 @@ def test_sinks(sink):
 
 def test_strided_inputs_and_outputs():
     b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=64, row_stride=584,
-                   extra_index_cols=7).to("cuda")
+                   spare_index_cols=7).to("cuda")
     wide_q = torch.zeros(4, 20, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     wide_q[:, 2:18] = b.q
     b.q = wide_q[:, 2:18]
@@ -245,3 +241,210 @@ def test_view_with_fewer_rows_than_block_size_is_refused():
     view = b.kv_cache[:, :64]
     with pytest.raises(ValueError, match=r"kv_cache\.shape\[1\] must equal block_size = 128, "):
         swa_decode.decode(b.q, view, b.inv_scale, b.indices, b.lens, block_size=128)
+
+
+# ---- the extra source: DeepSeek-V4's compressed entries in the same softmax as the window ------
+# Shapes of the layers: C4A picks 512 (V4-Flash) or 1024 (V4-Pro) entries, C128A attends to
+# context / 128 (512 at 64k, 8192 at 1M); the window is 128 rows of a block-64 cache.
+
+def check_gpu(b, **kw):
+    out, lse = run(b, return_lse=True, **kw)
+    ref_out, ref_lse = reference(b)
+    assert_close_to_reference(out, b, ref_out)
+    assert_lse_close(lse, ref_lse)
+    return out, lse
+
+
+def c4a_batch(T=6, H=64, X=512, *, seed=0, lens=None, extra_lens=None, **extra):
+    """A window of 128 over 4 blocks of 64 and X extra entries over their own pool of 64-slot
+    blocks (X + 128 slots, so the unused ones are poisoned too)."""
+    spec = dict(num_blocks=(X + 128 + 63) // 64, block_size=64, W=X, lens=extra_lens)
+    spec.update(extra)
+    return make_batch(T=T, H=H, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, seed=seed,
+                      lens=lens, extra=spec).to("cuda")
+
+
+@pytest.mark.parametrize("H", [1, 8, 16, 32, 64, MAX_GPU_HEADS])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_extra_source_matches_reference(H, index_dtype):
+    b = c4a_batch(T=6, H=H, X=512, seed=H, index_dtype=index_dtype,
+                  lens=[128, 0, -1, 1, 127, 129], extra_lens=[0, 512, 300, -1, 511, 513])
+    check_gpu(b)
+
+
+@pytest.mark.parametrize("X", [1, 7, 64, 500, 1024, 2048])
+def test_extra_entry_counts(X):
+    """Extra sources shorter than, equal to and longer than one tile of any kernel."""
+    b = c4a_batch(T=5, H=64, X=X, seed=X, extra_lens=[X, X - 1, 1, 0, X + 1])
+    check_gpu(b)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 37, 160])
+def test_extra_source_token_counts(T):
+    """Few tokens (where kernels split the entries over CTAs and combine) and many."""
+    b = c4a_batch(T=T, H=MAX_GPU_HEADS, X=1024, seed=T)
+    check_gpu(b)
+
+
+def test_c128a_at_a_1m_context():
+    """8192 extra entries (context / 128 at 1M) beside the window, and the largest extra window."""
+    b = c4a_batch(T=3, H=MAX_GPU_HEADS, X=8192, extra_lens=[8192, 8191, 4096])
+    check_gpu(b)
+    b = make_batch(T=2, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, lens=[0, 128],
+                   extra=dict(num_blocks=MAX_EXTRA_ENTRIES // 256, block_size=256,
+                              W=MAX_EXTRA_ENTRIES,
+                              lens=[MAX_EXTRA_ENTRIES, MAX_EXTRA_ENTRIES - 5])).to("cuda")
+    check_gpu(b)
+
+
+@pytest.mark.parametrize("window_lens,extra_lens", [
+    ([0, -1, 128, 129, 0, 5], [512, 513, 0, -1, -7, 0]),   # one source empty, the other not
+    ([0, -1, 0, 0, -3, 0], [0, 0, -1, -2, 0, 0])])         # nothing at all: 0 and -inf
+def test_extra_lengths_in_either_source(window_lens, extra_lens):
+    b = c4a_batch(T=6, H=32, X=512, lens=window_lens, extra_lens=extra_lens, seed=41)
+    out, lse = check_gpu(b)
+    for t, (n, x) in enumerate(zip(window_lens, extra_lens)):
+        empty = n <= 0 and x <= 0
+        assert bool((out[t] == 0).all()) == empty and bool((lse[t] == -math.inf).all()) == empty
+
+
+def test_extra_ids_past_its_slot_range_and_holes():
+    """The extra pool has 256 slots, the window's 256 too but other ones: ids in [256, 10**9)
+    and negatives are no entry; a row of them leaves the window alone."""
+    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128,
+                   lens=[128, 128, 0, 128], seed=43,
+                   extra=dict(num_blocks=4, block_size=64, W=200, lens=[200] * 4))
+    b.extra.indices[0, 10:20] = -1
+    b.extra.indices[0, 30] = 256
+    b.extra.indices[1, 5] = 10 ** 9
+    b.extra.indices[1, 6] = -3
+    b.extra.indices[2, :] = -1
+    b.extra.indices[3, :] = 300
+    b = b.to("cuda")
+    out, lse = check_gpu(b)
+    assert (out[2] == 0).all() and (lse[2] == -math.inf).all()
+
+
+def test_both_sources_share_one_cache_with_duplicates():
+    b = make_batch(T=4, H=64, D=GPU_HEAD_DIM, num_blocks=8, block_size=64, W=128, seed=47,
+                   lens=[128, 60, 0, 128],
+                   extra=dict(W=256, lens=[256, 256, 256, 10], share_cache=True))
+    b.extra.indices[0, :64] = b.indices[0, :64]          # the same slots again, across sources
+    b.extra.indices[1, 1:40] = b.extra.indices[1, 0]     # one slot 40 times within the extra
+    b = b.to("cuda")
+    assert b.extra.kv_cache.data_ptr() == b.kv_cache.data_ptr()
+    check_gpu(b)
+
+
+@pytest.mark.parametrize("sink", [-math.inf, math.inf, 0.0, 4.0])
+def test_extra_source_with_sinks(sink):
+    b = c4a_batch(T=5, H=32, X=1024, seed=53)
+    b.attn_sink = torch.full((32,), sink, device="cuda")
+    check_gpu(b)
+
+
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_nan_in_padding_heads_of_q_stays_in_those_heads(with_extra):
+    """Engines pass uninitialized padding heads: NaN in q's heads 3 and 100..127 must not reach
+    any other head's output or lse, whichever CTA or head group holds them."""
+    H = MAX_GPU_HEADS
+    if with_extra:
+        b = c4a_batch(T=5, H=H, X=512, seed=59)
+    else:
+        b = make_batch(T=5, H=H, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128,
+                       seed=59).to("cuda")
+    b.attn_sink = torch.linspace(-2, 2, H, device="cuda")
+    heads = torch.tensor([h for h in range(H) if h != 3 and h < 100])
+    b.q[:, 3] = float("nan")
+    b.q[:, 100:] = float("nan")
+    out, lse = run(b, return_lse=True)
+    clean = replace(b, q=b.q[:, heads.cuda()], attn_sink=b.attn_sink[heads.cuda()])
+    ref_out, ref_lse = reference(clean)
+    assert_close_to_reference(out[:, heads.cuda()], clean, ref_out)
+    assert_lse_close(lse[:, heads.cuda()], ref_lse)
+
+
+def test_extra_source_strided_and_padded():
+    """The extra cache in the engines' 584-byte rows, extra ids with spare columns, int32 ids
+    beside an int64 window, fp32 extra scales beside bf16 window scales, strided q and out."""
+    b = c4a_batch(T=4, H=16, X=512, seed=61, row_stride=584, spare_index_cols=9,
+                  index_dtype=torch.int32, lens_dtype=torch.int32, scale_dtype=torch.float32,
+                  scale_2d=False)
+    assert b.extra.kv_cache.stride(1) == 584 and b.extra.indices.stride(0) == 521
+    wide_q = torch.zeros(4, 20, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    wide_q[:, 2:18] = b.q
+    b.q = wide_q[:, 2:18]
+    wide_out = torch.zeros(4, 32, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    out = wide_out[:, ::2]
+    run(b, out=out)
+    assert_close_to_reference(out, b)
+    assert (wide_out[:, 1::2] == 0).all()
+
+
+def test_extra_source_cuda_graph_capture_then_replay_on_new_inputs():
+    shape = dict(T=8, H=64, X=1024)
+    b0 = c4a_batch(**shape, seed=1)
+    b1 = c4a_batch(**shape, seed=2, lens=[5, 128, 0, 77, -1, 128, 1, 0],
+                   extra_lens=[1024, 0, 3, 1000, 1024, -1, 1025, 0])
+    static = c4a_batch(**shape, seed=1)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run(static, return_lse=True)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = run(static, return_lse=True)
+
+    for b in (b0, b1):
+        static.q.copy_(b.q)
+        for dst, src in zip(static.sources(), b.sources()):
+            for name in ("kv_cache", "inv_scale", "indices", "lens"):
+                getattr(dst, name).copy_(getattr(src, name))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_out, ref_lse = reference(b)
+        assert_close_to_reference(out.clone(), b, ref_out)
+        assert_lse_close(lse.clone(), ref_lse)
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_extra_source_torch_compile_fullgraph(mode):
+    b = c4a_batch(T=4, H=16, X=512)
+    x = b.extra
+
+    @torch.compile(fullgraph=True, mode=mode)
+    def step(q, kv, scale, idx, lens, x_kv, x_scale, x_idx, x_lens):
+        out = swa_decode.decode(q * 1, kv, scale, idx, lens, block_size=64, extra_kv_cache=x_kv,
+                                extra_inv_scale=x_scale, extra_indices=x_idx, extra_lens=x_lens,
+                                extra_block_size=64)
+        return out.float().sum(dim=-1), out
+
+    for _ in range(3):  # reduce-overhead records a graph on a later call
+        summed, out = step(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, x.kv_cache,
+                           x.inv_scale, x.indices, x.lens)
+    assert_close_to_reference(out, b)
+
+
+def test_extra_source_generic_dlpack_cuda_arrays_with_explicit_stream():
+    b = c4a_batch(T=4, H=16, X=512)
+    out = torch.empty_like(b.q)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    x = b.extra
+    tensors = [b.q, b.kv_cache, b.inv_scale, b.indices, b.lens]
+    extra = [x.kv_cache, x.inv_scale, x.indices, x.lens]
+    foreign = [ForeignArray(t) for t in tensors + extra]
+    swa_decode.decode(*foreign[:5], block_size=64, out=ForeignArray(out), stream=stream,
+                      extra_kv_cache=foreign[5], extra_inv_scale=foreign[6],
+                      extra_indices=foreign[7], extra_lens=foreign[8], extra_block_size=64)
+    assert all(a.calls == [stream.cuda_stream] for a in foreign)
+    stream.synchronize()
+    assert_close_to_reference(out, b)
+
+
+def test_extra_source_on_another_device_is_refused():
+    b = c4a_batch(T=3, H=16, X=64)
+    with pytest.raises(ValueError, match=r"^extra_lens must be on q's device cuda:0, got cpu$"):
+        run(b, extra_lens=b.extra.lens.cpu())
