@@ -308,8 +308,17 @@ swa_decode::KvSource checked_extra(const ExtraArgs& extra, const InArray& q, int
   // A rank other than 2 is checked_source's to report; the default is not read then.
   const int64_t window = extra.window.value_or(
       extra.indices->ndim() == 2 ? static_cast<int64_t>(extra.indices->shape(1)) : 0);
-  return checked_source(*extra.kv_cache, *extra.inv_scale, *extra.indices, *extra.lens,
-                        *extra.block_size, window, kExtraNames, q, bf16_views);
+  swa_decode::KvSource source =
+      checked_source(*extra.kv_cache, *extra.inv_scale, *extra.indices, *extra.lens,
+                     *extra.block_size, window, kExtraNames, q, bf16_views);
+  // An empty tensor may carry a null data pointer, and a null extra.kv_cache means "no extra
+  // source" to the library: an extra cache without blocks would be dropped silently, not refused
+  // by validate_args (for the window, num_blocks >= 1 is validate_args' to report).
+  if (source.num_blocks < 1) {
+    value_error("extra_kv_cache.shape[0] (num_blocks) must be >= 1, got " +
+                std::to_string(source.num_blocks));
+  }
+  return source;
 }
 
 // out[t, h, :] = attention of q[t, h, :] over token t's window entries and, with an extra

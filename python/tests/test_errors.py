@@ -141,6 +141,10 @@ SOURCE_CASES = {
                    dict(lens=torch.zeros(3, dtype=torch.float32))),
     "head dim": (ValueError, ["{kv_cache}.shape[2] must equal q.shape[2] (head_dim) = 64, got 32"],
                  dict(kv_cache=torch.zeros(6, 16, 32, dtype=U8))),
+    # An empty extra cache has a null pointer, "no extra source" to the library: the binding
+    # refuses it; the window's is validate_args' to refuse.
+    "kv no blocks": (ValueError, ["num_blocks", "must be", "got 0"],
+                     dict(kv_cache=torch.zeros(0, 16, 64, dtype=U8))),
     "kv rank": (ValueError, ["{kv_cache} must be 3-D", "4-D"],
                 dict(kv_cache=torch.zeros(6, 16, 1, 64, dtype=U8))),
     "kv inner stride": (ValueError, ["{kv_cache}.stride(2) must be 1", "got 2"],
@@ -211,7 +215,6 @@ NATIVE_SOURCE_CASES = {
                         dict(kv_cache=strided(U8, (6, 16, 64), (16 * 32, 32, 1)))),
     "kv blocks broadcast": (["stride_kv_block must be >= 64", "got 0"],
                             dict(kv_cache=torch.zeros(1, 16, 64, dtype=U8).expand(6, 16, 64))),
-    "kv no blocks": (["num_blocks", "got 0"], dict(kv_cache=torch.zeros(0, 16, 64, dtype=U8))),
     "indices rows broadcast": (["stride_indices_token must be >= 16", "got 0"],
                                dict(indices=torch.zeros(1, 16, dtype=I64).expand(3, 16))),
 }
