@@ -1,6 +1,7 @@
-"""The GPU kernel through the package: against the float64 semantics on poisoned batches, the seed's
-fallback, CUDA-graph capture and replay on new inputs, torch.compile, and DLPack CUDA arrays.
-Skipped without a CUDA device.
+"""The GPU kernel through the package: against the float64 semantics on poisoned batches (the
+window alone and with the extra source of compressed entries), the seed's fallback, CUDA-graph
+capture and replay on new inputs, torch.compile, and DLPack CUDA arrays. Skipped without a CUDA
+device.
 
 Tolerance: the kernel works in bf16/fp32 like any fast kernel, so it is held to twice the error a
 plain bf16 pipeline (k and p rounded to bf16, fp32 sums: conftest.bf16_baseline) makes on the same
@@ -36,6 +37,26 @@ def assert_close_to_reference(out, b, ref_out=None):
 def assert_lse_close(lse, ref_lse):
     # fp32 accumulation: relative 1e-4 in the log domain is ~1e-4 relative in the sum.
     assert_lse_equal(lse, ref_lse, rtol=1e-4)
+
+
+def check_gpu(b, **kw):
+    """out and lse of the kernel against the float64 reference, within the tolerances above."""
+    out, lse = run(b, return_lse=True, **kw)
+    ref_out, ref_lse = reference(b)
+    assert_close_to_reference(out, b, ref_out)
+    assert_lse_close(lse, ref_lse)
+    return out, lse
+
+
+def c4a_batch(T=6, H=64, X=512, *, seed=0, lens=None, extra_lens=None, **extra):
+    """A DeepSeek-V4 layer's two sources: the window, 128 ids over 4 blocks of 64, and X extra ids
+    over their own pool of 64-slot blocks (X + 128 slots, so some unused ones are poisoned too).
+    C4A picks X = 512 (V4-Flash) or 1024 (V4-Pro) entries; C128A attends to context / 128, 512 at
+    64k and 8192 at 1M."""
+    spec = dict(num_blocks=(X + 128 + 63) // 64, block_size=64, W=X, lens=extra_lens)
+    spec.update(extra)
+    return make_batch(T=T, H=H, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, seed=seed,
+                      lens=lens, extra=spec).to("cuda")
 
 
 @pytest.mark.parametrize("H", [1, 8, 16, 32, 64, MAX_GPU_HEADS])
@@ -75,9 +96,20 @@ def test_sinks(sink):
     assert_lse_close(lse, ref_lse)
 
 
-def test_strided_inputs_and_outputs():
-    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=64, row_stride=584,
-                   spare_index_cols=7).to("cuda")
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_strided_inputs_and_outputs(with_extra):
+    """Padded 584-byte cache rows (the engines' format) and spare index columns; with an extra
+    source, in its cache and ids too, with int32 ids beside an int64 window and fp32 extra scales
+    beside bf16 window scales."""
+    if with_extra:
+        b = c4a_batch(T=4, H=16, X=512, seed=61, row_stride=584, spare_index_cols=9,
+                      index_dtype=torch.int32, lens_dtype=torch.int32, scale_dtype=torch.float32,
+                      scale_2d=False)
+        assert b.extra.kv_cache.stride(1) == 584 and b.extra.indices.stride(0) == 521
+    else:
+        b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=64,
+                       row_stride=584, spare_index_cols=7).to("cuda")
+        assert b.kv_cache.stride(1) == 584  # Batch.to keeps the padding
     wide_q = torch.zeros(4, 20, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     wide_q[:, 2:18] = b.q
     b.q = wide_q[:, 2:18]
@@ -103,13 +135,25 @@ def test_drop_in_vs_seed_fallback_on_gpu():
     assert rel_l2 < 1e-2, rel_l2  # both bf16 pipelines; the seed alone is ~3e-3 off float64
 
 
-def test_cuda_graph_capture_then_replay_on_new_inputs():
-    shape = dict(T=8, H=64, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128)
-    b0 = make_batch(**shape, seed=1).to("cuda")
-    b1 = make_batch(**shape, seed=2, lens=[5, 128, 0, 77, -1, 128, 1, 64]).to("cuda")
-    static = make_batch(**shape, seed=1).to("cuda")
-    static.indices = static.indices.to(torch.int32)
-    static.lens = static.lens.to(torch.int32)
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_cuda_graph_capture_then_replay_on_new_inputs(with_extra):
+    """Captured once on int32 ids and lengths, replayed on new int64 contents of every buffer (of
+    both sources with an extra source)."""
+    if with_extra:
+        def make(seed, **lens):
+            return c4a_batch(T=8, H=64, X=1024, seed=seed, **lens)
+        new_lens = dict(lens=[5, 128, 0, 77, -1, 128, 1, 0],
+                        extra_lens=[1024, 0, 3, 1000, 1024, -1, 1025, 0])
+    else:
+        def make(seed, **lens):
+            return make_batch(T=8, H=64, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128,
+                              seed=seed, **lens).to("cuda")
+        new_lens = dict(lens=[5, 128, 0, 77, -1, 128, 1, 64])
+    b0, b1, static = make(1), make(2, **new_lens), make(1)
+    for holder in (static, static.extra):
+        if holder is not None:
+            holder.indices = holder.indices.to(torch.int32)
+            holder.lens = holder.lens.to(torch.int32)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -121,8 +165,10 @@ def test_cuda_graph_capture_then_replay_on_new_inputs():
         out, lse = run(static, return_lse=True)
 
     for b in (b0, b1):
-        for name in ("q", "kv_cache", "inv_scale", "indices", "lens"):
-            getattr(static, name).copy_(getattr(b, name))
+        static.q.copy_(b.q)
+        for dst, src in zip(static.sources(), b.sources()):
+            for name in ("kv_cache", "inv_scale", "indices", "lens"):
+                getattr(dst, name).copy_(getattr(src, name))
         graph.replay()
         torch.cuda.synchronize()
         ref_out, ref_lse = reference(b)
@@ -130,17 +176,23 @@ def test_cuda_graph_capture_then_replay_on_new_inputs():
         assert_lse_close(lse.clone(), ref_lse)
 
 
+@pytest.mark.parametrize("with_extra", [False, True])
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
-def test_torch_compile_fullgraph(mode):
-    b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128).to("cuda")
+def test_torch_compile_fullgraph(mode, with_extra):
+    if with_extra:
+        b = c4a_batch(T=4, H=16, X=512)
+    else:
+        b = make_batch(T=4, H=16, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128).to("cuda")
+    # extra_window left out: its default is taken under compile too
+    extra = {k: v for k, v in b.extra_kwargs().items() if k != "extra_window"}
 
     @torch.compile(fullgraph=True, mode=mode)
-    def step(q, kv, scale, idx, lens):
-        out = swa_decode.decode(q * 1, kv, scale, idx, lens, block_size=64)
+    def step(q, kv, scale, idx, lens, extra):
+        out = swa_decode.decode(q * 1, kv, scale, idx, lens, block_size=64, **extra)
         return out.float().sum(dim=-1), out
 
     for _ in range(3):  # reduce-overhead records a graph on a later call
-        summed, out = step(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens)
+        summed, out = step(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, extra)
     assert_close_to_reference(out, b)
 
 
@@ -244,25 +296,6 @@ def test_view_with_fewer_rows_than_block_size_is_refused():
 
 
 # ---- the extra source: DeepSeek-V4's compressed entries in the same softmax as the window ------
-# Shapes of the layers: C4A picks 512 (V4-Flash) or 1024 (V4-Pro) entries, C128A attends to
-# context / 128 (512 at 64k, 8192 at 1M); the window is 128 rows of a block-64 cache.
-
-def check_gpu(b, **kw):
-    out, lse = run(b, return_lse=True, **kw)
-    ref_out, ref_lse = reference(b)
-    assert_close_to_reference(out, b, ref_out)
-    assert_lse_close(lse, ref_lse)
-    return out, lse
-
-
-def c4a_batch(T=6, H=64, X=512, *, seed=0, lens=None, extra_lens=None, **extra):
-    """A window of 128 over 4 blocks of 64 and X extra entries over their own pool of 64-slot
-    blocks (X + 128 slots, so the unused ones are poisoned too)."""
-    spec = dict(num_blocks=(X + 128 + 63) // 64, block_size=64, W=X, lens=extra_lens)
-    spec.update(extra)
-    return make_batch(T=T, H=H, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, seed=seed,
-                      lens=lens, extra=spec).to("cuda")
-
 
 @pytest.mark.parametrize("H", [1, 8, 16, 32, 64, MAX_GPU_HEADS])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
@@ -362,69 +395,6 @@ def test_nan_in_padding_heads_of_q_stays_in_those_heads(with_extra):
     ref_out, ref_lse = reference(clean)
     assert_close_to_reference(out[:, heads.cuda()], clean, ref_out)
     assert_lse_close(lse[:, heads.cuda()], ref_lse)
-
-
-def test_extra_source_strided_and_padded():
-    """The extra cache in the engines' 584-byte rows, extra ids with spare columns, int32 ids
-    beside an int64 window, fp32 extra scales beside bf16 window scales, strided q and out."""
-    b = c4a_batch(T=4, H=16, X=512, seed=61, row_stride=584, spare_index_cols=9,
-                  index_dtype=torch.int32, lens_dtype=torch.int32, scale_dtype=torch.float32,
-                  scale_2d=False)
-    assert b.extra.kv_cache.stride(1) == 584 and b.extra.indices.stride(0) == 521
-    wide_q = torch.zeros(4, 20, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
-    wide_q[:, 2:18] = b.q
-    b.q = wide_q[:, 2:18]
-    wide_out = torch.zeros(4, 32, GPU_HEAD_DIM, dtype=torch.bfloat16, device="cuda")
-    out = wide_out[:, ::2]
-    run(b, out=out)
-    assert_close_to_reference(out, b)
-    assert (wide_out[:, 1::2] == 0).all()
-
-
-def test_extra_source_cuda_graph_capture_then_replay_on_new_inputs():
-    shape = dict(T=8, H=64, X=1024)
-    b0 = c4a_batch(**shape, seed=1)
-    b1 = c4a_batch(**shape, seed=2, lens=[5, 128, 0, 77, -1, 128, 1, 0],
-                   extra_lens=[1024, 0, 3, 1000, 1024, -1, 1025, 0])
-    static = c4a_batch(**shape, seed=1)
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run(static, return_lse=True)  # warm-up outside capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = run(static, return_lse=True)
-
-    for b in (b0, b1):
-        static.q.copy_(b.q)
-        for dst, src in zip(static.sources(), b.sources()):
-            for name in ("kv_cache", "inv_scale", "indices", "lens"):
-                getattr(dst, name).copy_(getattr(src, name))
-        graph.replay()
-        torch.cuda.synchronize()
-        ref_out, ref_lse = reference(b)
-        assert_close_to_reference(out.clone(), b, ref_out)
-        assert_lse_close(lse.clone(), ref_lse)
-
-
-@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
-def test_extra_source_torch_compile_fullgraph(mode):
-    b = c4a_batch(T=4, H=16, X=512)
-    x = b.extra
-
-    @torch.compile(fullgraph=True, mode=mode)
-    def step(q, kv, scale, idx, lens, x_kv, x_scale, x_idx, x_lens):
-        out = swa_decode.decode(q * 1, kv, scale, idx, lens, block_size=64, extra_kv_cache=x_kv,
-                                extra_inv_scale=x_scale, extra_indices=x_idx, extra_lens=x_lens,
-                                extra_block_size=64)
-        return out.float().sum(dim=-1), out
-
-    for _ in range(3):  # reduce-overhead records a graph on a later call
-        summed, out = step(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, x.kv_cache,
-                           x.inv_scale, x.indices, x.lens)
-    assert_close_to_reference(out, b)
 
 
 def test_extra_source_generic_dlpack_cuda_arrays_with_explicit_stream():
