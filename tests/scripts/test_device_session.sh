@@ -35,12 +35,11 @@ for tool in compute-sanitizer nvidia-smi python3; do fake "$work/bin/$tool" "$to
 # subshells (one after another they took 8.7 s on a busy 2-core machine, in parallel 1.7 s).
 case_name="" summary="" session_rc=0 case_problems=()
 
-# session STEPS [VAR=VALUE...]: runs the script for the calling case on the fakes with a clean
+# session STEPS [VAR=VALUE...]: runs the script for the case case_name on the fakes with a clean
 # environment (so that no FAKE_*, *_KERNELS or GTEST_* of the caller leaks in) plus the given
 # variables, from $work: were the fake test binary not to run, the script's fallback build
 # (cmake -S .) fails there at once instead of building the caller's directory.
 session() {
-  case_name=${FUNCNAME[1]}
   local steps
   read -ra steps <<< "$1"
   shift
@@ -82,6 +81,17 @@ session_fails() {
 session_passes() {
   [ "$session_rc" -eq 0 ] || problem "the script exited $session_rc"
   has_line "session: OK ($1 checks)"
+}
+
+# fails_on STEPS VARIABLES LABEL WORD [TEXT...]: a session with the (space-separated) VARIABLES in
+# which the check LABEL alone is not OK: it says WORD and each TEXT, and the session fails.
+fails_on() {
+  local step_words=$1 variables
+  read -ra variables <<< "$2"
+  shift 2
+  session "$step_words" "${variables[@]}"
+  verdict "$@"
+  session_fails 1
 }
 
 # all_ok N: the summary has N verdict lines (not counting the closing "session:" line) and every
@@ -140,93 +150,77 @@ random_configs_under_slash_labels() {
 # racecheck prints "RACECHECK SUMMARY: N hazards", never "ERROR SUMMARY": here its log has only
 # the latter, so racecheck must be MISSING, not clean; the other tools stay OK.
 racecheck_summary_missing() {
-  session sanitize FAKE_SANITIZER=racecheck:no-summary SANITIZE_KERNELS=portable
-  verdict "sanitize[portable/racecheck]" MISSING 'missing the racecheck line "RACECHECK SUMMARY: N hazards"'
+  fails_on sanitize "FAKE_SANITIZER=racecheck:no-summary SANITIZE_KERNELS=portable" \
+    "sanitize[portable/racecheck]" MISSING 'missing the racecheck line "RACECHECK SUMMARY: N hazards"'
   verdict "sanitize[portable/memcheck]" OK
   verdict "sanitize[portable/initcheck]" OK
-  session_fails 1
 }
 
 memcheck_summary_missing() {
-  session sanitize FAKE_SANITIZER=memcheck:no-summary SANITIZE_KERNELS=sm90
-  verdict "sanitize[sm90/memcheck]" MISSING 'missing the memcheck line "ERROR SUMMARY: N errors"'
+  fails_on sanitize "FAKE_SANITIZER=memcheck:no-summary SANITIZE_KERNELS=sm90" \
+    "sanitize[sm90/memcheck]" MISSING 'missing the memcheck line "ERROR SUMMARY: N errors"'
   verdict "sanitize[sm90/racecheck]" OK
   verdict "sanitize[sm90/initcheck]" OK
-  session_fails 1
 }
 
 racecheck_hazards() {
-  session sanitize FAKE_SANITIZER=racecheck:errors SANITIZE_KERNELS=sm90
-  verdict "sanitize[sm90/racecheck]" FAILED "racecheck reports 3 hazards" "exit code 99"
+  fails_on sanitize "FAKE_SANITIZER=racecheck:errors SANITIZE_KERNELS=sm90" \
+    "sanitize[sm90/racecheck]" FAILED "racecheck reports 3 hazards" "exit code 99"
   verdict "sanitize[sm90/memcheck]" OK
-  session_fails 1
 }
 
 # The count is read, not only the exit code: hazards with exit code 0 still fail.
 racecheck_hazards_exit_0() {
-  session sanitize FAKE_SANITIZER=racecheck:errors-exit0 SANITIZE_KERNELS=portable
-  verdict "sanitize[portable/racecheck]" FAILED "racecheck reports 3 hazards"
-  session_fails 1
+  fails_on sanitize "FAKE_SANITIZER=racecheck:errors-exit0 SANITIZE_KERNELS=portable" \
+    "sanitize[portable/racecheck]" FAILED "racecheck reports 3 hazards"
 }
 
 memcheck_errors() {
-  session sanitize FAKE_SANITIZER=memcheck:errors SANITIZE_KERNELS=portable
-  verdict "sanitize[portable/memcheck]" FAILED "memcheck reports 3 errors" "exit code 99"
-  session_fails 1
+  fails_on sanitize "FAKE_SANITIZER=memcheck:errors SANITIZE_KERNELS=portable" \
+    "sanitize[portable/memcheck]" FAILED "memcheck reports 3 errors" "exit code 99"
 }
 
 gtest_failed() {
-  session tests FAKE_GTEST=failed TEST_KERNELS=portable
-  verdict "tests[portable]" FAILED "exit code 1" \
+  fails_on tests "FAKE_GTEST=failed TEST_KERNELS=portable" "tests[portable]" FAILED "exit code 1" \
     "2 failed: GpuDecode.LengthsAroundTheWindow HeadsIndexScale/GpuDecodeShapes.MixedEdgeCases/H128_int64_fp32scale"
-  session_fails 1
 }
 
 # Every GPU test skipped (no device): the suite passes, the check must not.
 no_gpu_test_ran() {
-  session tests FAKE_GTEST=nogpu TEST_KERNELS=auto
-  verdict "tests[auto]" FAILED 'no GPU test (name holding "Gpu") ran' "GPU tests: 0 ran, 6 skipped"
-  session_fails 1
+  fails_on tests "FAKE_GTEST=nogpu TEST_KERNELS=auto" \
+    "tests[auto]" FAILED 'no GPU test (name holding "Gpu") ran' "GPU tests: 0 ran, 6 skipped"
 }
 
 # A log that ends before gtest's closing counts, with exit code 0.
 gtest_counts_missing() {
-  session tests FAKE_GTEST=truncated TEST_KERNELS=portable
-  verdict "tests[portable]" MISSING 'missing the "[==========] N tests from M test suites ran." line' \
-    'missing the "[  PASSED  ] N tests." line'
-  session_fails 1
+  fails_on tests "FAKE_GTEST=truncated TEST_KERNELS=portable" "tests[portable]" MISSING \
+    'missing the "[==========] N tests from M test suites ran." line' 'missing the "[  PASSED  ] N tests." line'
 }
 
 gtest_crash() {
-  session tests FAKE_GTEST=crash TEST_KERNELS=sm90
-  verdict "tests[sm90]" FAILED "exit code 139" "(last test started: GpuDecode.NoSinkNoLse)"
-  session_fails 1
+  fails_on tests "FAKE_GTEST=crash TEST_KERNELS=sm90" \
+    "tests[sm90]" FAILED "exit code 139" "(last test started: GpuDecode.NoSinkNoLse)"
 }
 
 gtest_counts_disagree() {
-  session tests FAKE_GTEST=count-mismatch TEST_KERNELS=portable
-  verdict "tests[portable]" FAILED "PASSED counts 10, OK lines 9"
-  session_fails 1
+  fails_on tests "FAKE_GTEST=count-mismatch TEST_KERNELS=portable" \
+    "tests[portable]" FAILED "PASSED counts 10, OK lines 9"
 }
 
 bench_no_rows() {
-  session bench FAKE_BENCH=no-rows BENCH_HEADS=128
-  verdict "bench[H=128]" MISSING "missing result rows" "missing bench_h128.json"
-  session_fails 1
+  fails_on bench "FAKE_BENCH=no-rows BENCH_HEADS=128" \
+    "bench[H=128]" MISSING "missing result rows" "missing bench_h128.json"
 }
 
 bench_row_fails() {
-  session bench FAKE_BENCH=fail BENCH_HEADS=64
-  verdict "bench[H=64]" FAILED "exit code 1" "2 rows FAIL the reference check"
-  session_fails 1
+  fails_on bench "FAKE_BENCH=fail BENCH_HEADS=64" \
+    "bench[H=64]" FAILED "exit code 1" "2 rows FAIL the reference check"
 }
 
 pytest_none_passed() {
-  session python FAKE_PYTEST=none-passed
-  verdict "pytest" MISSING "missing pytest's \"N passed\" line" "21 skipped"
+  fails_on python FAKE_PYTEST=none-passed pytest MISSING "missing pytest's \"N passed\" line" "21 skipped"
   verdict "pip install (wheel)" OK
   verdict "bench_vs_seed" OK
-  session_fails 1
 }
 
 names=(all_good random_configs_under_slash_labels racecheck_summary_missing memcheck_summary_missing
@@ -234,7 +228,7 @@ names=(all_good random_configs_under_slash_labels racecheck_summary_missing memc
        gtest_counts_missing gtest_crash gtest_counts_disagree bench_no_rows bench_row_fails pytest_none_passed)
 pids=()
 for name in "${names[@]}"; do
-  ( "$name"; case_done ) > "$work/$name.report" 2>&1 &
+  ( case_name=$name; "$name"; case_done ) > "$work/$name.report" 2>&1 &
   pids+=($!)
 done
 failed=0
