@@ -124,7 +124,7 @@ gtest_check() {
   [ -n "$detail" ] || problems="awk could not read $log"
   verdict "$label" "$problems" "$detail; $note"
   # The random-configuration test says how many configurations it drew and its largest errors.
-  grep -E '^random-configs:' "$log" | sed "s/^/  [$label] /" | tee -a "$summary"
+  grep -E '^random-configs:' "$log" | awk -v label="$label" '{ print "  [" label "] " $0 }' | tee -a "$summary"
 }
 
 # bench_check LABEL LOG RC JSON NOTE: a `swa-decode bench` run printed result rows, passed its

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "src/common/window_rule.h"
 #include "src/reference/reference.h"
 #include "testing/host_numerics.h"
 
@@ -26,16 +27,27 @@ BatchOptions resolve(BatchOptions o) {
           "shapes must be positive (num_tokens may be 0)");
   if (o.index_cols == 0) o.index_cols = o.window_size;
   if (o.kv_row_stride == 0) o.kv_row_stride = o.head_dim;
-  if (o.q_head_stride == 0) o.q_head_stride = o.head_dim;
-  if (o.q_token_stride == 0) o.q_token_stride = o.num_heads * o.q_head_stride;
+  if (o.q_head_major) {
+    if (o.q_token_stride == 0) o.q_token_stride = o.head_dim;
+    if (o.q_head_stride == 0) o.q_head_stride = o.num_tokens * o.q_token_stride;
+  } else {
+    if (o.q_head_stride == 0) o.q_head_stride = o.head_dim;
+    if (o.q_token_stride == 0) o.q_token_stride = o.num_heads * o.q_head_stride;
+  }
   if (o.out_head_stride == 0) o.out_head_stride = o.head_dim;
   if (o.out_token_stride == 0) o.out_token_stride = o.num_heads * o.out_head_stride;
   if (o.lse_token_stride == 0) o.lse_token_stride = o.num_heads;
   if (o.scale == 0.0f) o.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
   require(o.index_cols >= o.window_size, "index_cols must be >= window_size");
   require(o.kv_row_stride >= o.head_dim, "kv_row_stride must be >= head_dim");
-  require(o.q_head_stride >= o.head_dim && o.q_token_stride >= o.num_heads * o.q_head_stride,
-          "q strides must cover [H, D]");
+  require(o.kv_block_pad >= 0, "kv_block_pad must be >= 0");
+  if (o.q_head_major) {
+    require(o.q_token_stride >= o.head_dim && o.q_head_stride >= o.num_tokens * o.q_token_stride,
+            "head-major q strides must cover [T, D]");
+  } else {
+    require(o.q_head_stride >= o.head_dim && o.q_token_stride >= o.num_heads * o.q_head_stride,
+            "q strides must cover [H, D]");
+  }
   require(o.out_head_stride >= o.head_dim && o.out_token_stride >= o.num_heads * o.out_head_stride,
           "out strides must cover [H, D]");
   require(o.lse_token_stride >= o.num_heads, "lse_token_stride must be >= num_heads");
@@ -51,11 +63,12 @@ BatchOptions resolve(BatchOptions o) {
 
 // Ids that name no cache row. Some are chosen to catch specific bugs: num_slots (off by one),
 // INT32_MAX / INT32_MIN (overflow when scaled to a byte offset), and for int64 indices ids whose
-// low 32 bits are a valid slot (a kernel reading int64 as int32 would dereference them).
+// low 32 bits are a valid slot, 2^32 + slot and 2^40 + slot (a kernel reading int64 as int32, or
+// narrowing an id before the range check, would dereference them).
 int64_t out_of_range_id(Rng& rng, int64_t num_slots, DType index_dtype) {
   const int64_t i32_max = std::numeric_limits<int32_t>::max();
   const int64_t i32_min = std::numeric_limits<int32_t>::min();
-  const int choices = index_dtype == DType::kInt64 ? 9 : 6;
+  const int choices = index_dtype == DType::kInt64 ? 10 : 6;
   switch (rng.uniform_int(0, choices - 1)) {
     case 0: return num_slots;
     case 1: return num_slots + rng.uniform_int(1, 1000);
@@ -65,11 +78,21 @@ int64_t out_of_range_id(Rng& rng, int64_t num_slots, DType index_dtype) {
     case 5: return i32_min;
     case 6: return std::numeric_limits<int64_t>::max();
     case 7: return std::numeric_limits<int64_t>::min();
-    default: return (int64_t{1} << 32) + rng.uniform_int(0, num_slots - 1);
+    case 8: return (int64_t{1} << 32) + rng.uniform_int(0, num_slots - 1);
+    default: return (int64_t{1} << 40) + rng.uniform_int(0, num_slots - 1);
   }
 }
 
-bool in_range(int64_t id, int64_t num_slots) { return id >= 0 && id < num_slots; }
+// Columns of token t that may hold entries (src/common/window_rule.h, the kernels' rule).
+int64_t window_columns(const HostBatch& b, int64_t t) {
+  return columns_in_window(b.lens[t], static_cast<int32_t>(b.window_size));
+}
+
+// Elements of q's storage: the last (t, h) row ends before T * q_token_stride (token-major) or
+// H * q_head_stride (head-major), whichever layout the strides describe.
+int64_t q_elements(const BatchOptions& o) {
+  return o.num_tokens == 0 ? 0 : std::max(o.num_tokens * o.q_token_stride, o.num_heads * o.q_head_stride);
+}
 
 // Index into live_slots, or -1.
 int64_t live_index(const HostBatch& b, int64_t slot) {
@@ -87,6 +110,7 @@ void copy_shape(const BatchOptions& o, HostBatch& b) {
   b.index_stride = o.index_cols + o.index_row_pad;
   b.block_size = o.block_size;
   b.kv_row_stride = o.kv_row_stride;
+  b.kv_block_stride = o.block_size * o.kv_row_stride + o.kv_block_pad;
   b.q_head_stride = o.q_head_stride;
   b.q_token_stride = o.q_token_stride;
   b.out_head_stride = o.out_head_stride;
@@ -111,10 +135,10 @@ void summarize_valid_entries(HostBatch& b) {
   b.valid_entries.assign(b.num_tokens, 0);
   b.token_kmax.assign(b.num_tokens, 0.0);
   for (int64_t t = 0; t < b.num_tokens; ++t) {
-    const int64_t cols = std::clamp<int64_t>(b.lens[t], 0, b.window_size);
+    const int64_t cols = window_columns(b, t);
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t id = b.indices[t * b.index_stride + c];
-      if (!in_range(id, b.num_slots)) continue;
+      if (!slot_is_valid(id, b.num_slots)) continue;
       b.valid_entries[t] += 1;
       b.token_kmax[t] = std::max(b.token_kmax[t], row_amax[live_index(b, id)]);
     }
@@ -190,14 +214,17 @@ HostBatch make_batch(const BatchOptions& raw_options) {
 
   // Live slots: exactly those a valid entry names. Everything else stays poison.
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t cols = std::clamp<int64_t>(b.lens[t], 0, W);
+    const int64_t cols = window_columns(b, t);
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t id = b.indices[t * b.index_stride + c];
-      if (in_range(id, b.num_slots)) b.live_slots.push_back(id);
+      if (slot_is_valid(id, b.num_slots)) b.live_slots.push_back(id);
     }
   }
   std::sort(b.live_slots.begin(), b.live_slots.end());
   b.live_slots.erase(std::unique(b.live_slots.begin(), b.live_slots.end()), b.live_slots.end());
+  // A broken window rule would name rows outside the pool; writing them would corrupt memory.
+  require(b.live_slots.empty() || (b.live_slots.front() >= 0 && b.live_slots.back() < b.num_slots),
+          "the window rule named a slot outside the pool [0, " + std::to_string(b.num_slots) + ")");
 
   // Live rows as an amax / 448 per-token quantizer leaves them: codes spread like a normal with
   // amax near 448, inv_scale log-uniform in [8e-3, 4e-2] so dequantized k has a standard
@@ -220,7 +247,7 @@ HostBatch make_batch(const BatchOptions& raw_options) {
 
   // q ~ N(0, 1) in bf16; the padding between heads and tokens is NaN and must never be read.
   const uint16_t* bf16_table = normal_bf16_table();
-  b.q.assign(T * o.q_token_stride, kBf16PoisonBits);
+  b.q.assign(q_elements(o), kBf16PoisonBits);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < o.num_heads; ++h) {
       uint16_t* q_row = &b.q[t * o.q_token_stride + h * o.q_head_stride];
@@ -252,6 +279,9 @@ HostBatch select_tokens(const HostBatch& batch, const std::vector<int64_t>& toke
   o.num_tokens = static_cast<int64_t>(tokens.size());
   o.context_lens.clear();
   o.lens.clear();
+  if (o.q_head_major) {  // the head stride spans the tokens: keep its padding, drop the tokens left out
+    o.q_head_stride = o.num_tokens * o.q_token_stride + (batch.q_head_stride - batch.num_tokens * batch.q_token_stride);
+  }
   copy_shape(o, s);
 
   // Every in-range id the selected rows hold (window, padding and stride gaps alike), renumbered
@@ -260,7 +290,7 @@ HostBatch select_tokens(const HostBatch& batch, const std::vector<int64_t>& toke
   for (int64_t t : tokens) {
     for (int64_t c = 0; c < batch.index_stride; ++c) {
       const int64_t id = batch.indices[t * batch.index_stride + c];
-      if (in_range(id, batch.num_slots)) ids.push_back(id);
+      if (slot_is_valid(id, batch.num_slots)) ids.push_back(id);
     }
   }
   std::sort(ids.begin(), ids.end());
@@ -268,7 +298,7 @@ HostBatch select_tokens(const HostBatch& batch, const std::vector<int64_t>& toke
   s.num_blocks = std::max<int64_t>(1, (static_cast<int64_t>(ids.size()) + s.block_size - 1) / s.block_size);
   s.num_slots = s.num_blocks * s.block_size;
   auto renumber = [&](int64_t id) -> int64_t {
-    if (in_range(id, batch.num_slots)) return std::lower_bound(ids.begin(), ids.end(), id) - ids.begin();
+    if (slot_is_valid(id, batch.num_slots)) return std::lower_bound(ids.begin(), ids.end(), id) - ids.begin();
     if (id >= batch.num_slots) return id - batch.num_slots + s.num_slots;  // stays out of range
     return id;  // negative ids are no entry either way
   };
@@ -281,9 +311,14 @@ HostBatch select_tokens(const HostBatch& batch, const std::vector<int64_t>& toke
                        batch.live_rows.begin() + (i + 1) * batch.head_dim);
     s.live_scales.push_back(batch.live_scales[i]);
   }
+  s.q.assign(q_elements(o), kBf16PoisonBits);
+  for (int64_t i = 0; i < s.num_tokens; ++i) {
+    for (int64_t h = 0; h < s.num_heads; ++h) {
+      const auto from = batch.q.begin() + tokens[i] * batch.q_token_stride + h * batch.q_head_stride;
+      std::copy(from, from + s.head_dim, s.q.begin() + i * s.q_token_stride + h * s.q_head_stride);
+    }
+  }
   for (int64_t t : tokens) {
-    const auto q_row = batch.q.begin() + t * batch.q_token_stride;
-    s.q.insert(s.q.end(), q_row, q_row + batch.q_token_stride);
     for (int64_t c = 0; c < batch.index_stride; ++c) {
       s.indices.push_back(renumber(batch.indices[t * batch.index_stride + c]));
     }
@@ -330,9 +365,9 @@ std::vector<uint8_t> dense_inv_scale(const HostBatch& batch) {
 
 HostTensors materialize_host(const HostBatch& batch) {
   HostTensors h;
-  h.kv_cache.assign(batch.num_slots * batch.kv_row_stride, kE4m3NaN);
+  h.kv_cache.assign(batch.kv_cache_bytes(), kE4m3NaN);
   for (size_t i = 0; i < batch.live_slots.size(); ++i) {
-    std::memcpy(&h.kv_cache[batch.live_slots[i] * batch.kv_row_stride], &batch.live_rows[i * batch.head_dim],
+    std::memcpy(&h.kv_cache[batch.kv_row_offset(batch.live_slots[i])], &batch.live_rows[i * batch.head_dim],
                 batch.head_dim);
   }
   h.inv_scale = dense_inv_scale(batch);
@@ -359,7 +394,7 @@ DecodeArgs batch_args(const HostBatch& batch, const TensorPointers& at, int64_t 
       .stride_q_token = batch.q_token_stride,
       .stride_q_head = batch.q_head_stride,
       .kv_cache = at.kv_cache,
-      .stride_kv_block = batch.block_size * batch.kv_row_stride,
+      .stride_kv_block = batch.kv_block_stride,
       .stride_kv_token = batch.kv_row_stride,
       .inv_scale = at.inv_scale,
       .inv_scale_dtype = batch.options.inv_scale_dtype,

@@ -30,8 +30,11 @@ struct BatchOptions {
   int64_t max_context = 8192;      // context lengths are drawn uniformly from [1, max_context]
   int64_t spare_blocks = -1;       // -1 = an eighth of the used blocks + 4 (never fewer than 1)
   int64_t kv_row_stride = 0;       // bytes; 0 = head_dim (e.g. 576 for a padded row format)
-  int64_t q_head_stride = 0;       // elements; 0 = head_dim
-  int64_t q_token_stride = 0;      // elements; 0 = num_heads * q_head_stride
+  int64_t kv_block_pad = 0;        // bytes after each block's rows: stride_kv_block = block_size * kv_row_stride + pad
+  // q token-major [T, H, D] (the default) or head-major [H, T, D]; the defaults of the strides follow.
+  bool q_head_major = false;
+  int64_t q_head_stride = 0;       // elements; 0 = head_dim (head-major: num_tokens * q_token_stride)
+  int64_t q_token_stride = 0;      // elements; 0 = num_heads * q_head_stride (head-major: head_dim)
   int64_t out_head_stride = 0;     // elements; 0 = head_dim
   int64_t out_token_stride = 0;    // elements; 0 = num_heads * out_head_stride
   int64_t lse_token_stride = 0;    // elements; 0 = num_heads
@@ -66,11 +69,13 @@ struct HostBatch {
   BatchOptions options;  // with every 0 / -1 default resolved
   int64_t num_tokens = 0, num_heads = 0, head_dim = 0, window_size = 0, index_cols = 0;
   int64_t index_stride = 0, block_size = 0, num_blocks = 0, num_slots = 0, kv_row_stride = 0;
+  int64_t kv_block_stride = 0;
   int64_t q_head_stride = 0, q_token_stride = 0, out_head_stride = 0, out_token_stride = 0;
   int64_t lse_token_stride = 0;
   float scale = 0.0f;
 
-  std::vector<uint16_t> q;       // bf16 bits [num_tokens * q_token_stride], padding = NaN
+  // bf16 bits, element (t, h, d) at t * q_token_stride + h * q_head_stride + d; padding = NaN.
+  std::vector<uint16_t> q;       // [max(num_tokens * q_token_stride, num_heads * q_head_stride)]
   std::vector<int64_t> indices;  // [num_tokens * index_stride]
   std::vector<int64_t> lens;     // [num_tokens]
   std::vector<float> sinks;      // [num_heads] or empty
@@ -84,6 +89,10 @@ struct HostBatch {
   std::vector<double> token_kmax;      // per token: max |dequantized k| over its valid entries
 
   int64_t total_valid_entries(int64_t token_begin, int64_t token_count) const;
+  int64_t kv_row_offset(int64_t slot) const {  // bytes from the start of the pool to slot's row
+    return slot / block_size * kv_block_stride + slot % block_size * kv_row_stride;
+  }
+  int64_t kv_cache_bytes() const { return num_blocks * kv_block_stride; }
   int64_t index_bytes() const { return options.index_dtype == DType::kInt32 ? 4 : 8; }
   int64_t scale_bytes() const { return options.inv_scale_dtype == DType::kFloat32 ? 4 : 2; }
   // Bytes a decode of tokens [begin, begin + count) must move at least (ANCHORS.md, "The floor"):
@@ -100,7 +109,7 @@ HostBatch select_tokens(const HostBatch& batch, const std::vector<int64_t>& toke
 
 // Dense host tensors of a batch, in the dtypes the options ask for, and DecodeArgs over them.
 struct HostTensors {
-  std::vector<uint8_t> kv_cache;    // [num_blocks * block_size * kv_row_stride], poisoned
+  std::vector<uint8_t> kv_cache;    // [kv_cache_bytes()], poisoned
   std::vector<uint8_t> inv_scale;   // [num_slots] bf16 or fp32 bytes, NaN where not live
   std::vector<uint8_t> indices;     // int32 or int64 bytes
   std::vector<uint8_t> lens;        // int32 or int64 bytes

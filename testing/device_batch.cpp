@@ -32,7 +32,7 @@ DeviceBatch upload_batch(const HostBatch& batch) {
   d.lens = DeviceBuffer(batch.lens.size() * (batch.options.lens_dtype == DType::kInt32 ? 4 : 8));
   d.inv_scale = DeviceBuffer(batch.num_slots * batch.scale_bytes());
   d.sinks = DeviceBuffer(batch.sinks.size() * sizeof(float));
-  d.kv_cache = DeviceBuffer(batch.num_slots * batch.kv_row_stride);
+  d.kv_cache = DeviceBuffer(batch.kv_cache_bytes());
   d.out = DeviceBuffer(batch.num_tokens * batch.out_token_stride * sizeof(uint16_t));
   if (batch.options.with_lse) d.lse = DeviceBuffer(batch.num_tokens * batch.lse_token_stride * sizeof(float));
   upload_into(batch, d);
@@ -45,17 +45,20 @@ void upload_into(const HostBatch& batch, DeviceBatch& d) {
   write(d.lens, encode_ints(batch.lens, batch.options.lens_dtype), "lens");
   write(d.inv_scale, dense_inv_scale(batch), "inv_scale");
   write(d.sinks, batch.sinks, "attn_sink");
-  if (d.kv_cache.bytes() != static_cast<size_t>(batch.num_slots * batch.kv_row_stride)) {
+  if (d.kv_cache.bytes() != static_cast<size_t>(batch.kv_cache_bytes())) {
     throw std::invalid_argument("upload_into: kv_cache size differs from the batch's pool");
   }
   SWAD_TESTING_CUDA_CHECK(cudaMemset(d.kv_cache.get(), kE4m3NaN, d.kv_cache.bytes()));
-  // Live slots come in runs of consecutive ids (a window spans at most a few blocks), so one 2-D
-  // copy per run writes D bytes per row and leaves the row padding poisoned.
+  // Live slots come in runs of consecutive rows (a window spans at most a few blocks), so one 2-D
+  // copy per run writes D bytes per row and leaves the row and block padding poisoned.
   const auto& slots = batch.live_slots;
   for (size_t begin = 0; begin < slots.size();) {
     size_t end = begin + 1;
-    while (end < slots.size() && slots[end] == slots[end - 1] + 1) ++end;
-    SWAD_TESTING_CUDA_CHECK(cudaMemcpy2D(d.kv_cache.as<uint8_t>() + slots[begin] * batch.kv_row_stride,
+    while (end < slots.size() &&
+           batch.kv_row_offset(slots[end]) == batch.kv_row_offset(slots[end - 1]) + batch.kv_row_stride) {
+      ++end;
+    }
+    SWAD_TESTING_CUDA_CHECK(cudaMemcpy2D(d.kv_cache.as<uint8_t>() + batch.kv_row_offset(slots[begin]),
                                          batch.kv_row_stride, &batch.live_rows[begin * batch.head_dim],
                                          batch.head_dim, batch.head_dim, end - begin,
                                          cudaMemcpyHostToDevice));

@@ -4,12 +4,15 @@
 // tensor or an argument can contradict (T, H, D across tensors; kv_cache.shape[1] against
 // block_size; inv_scale.shape[0] against the slots; indices.shape[1] against window_size), so
 // that DecodeArgs never describes more than the tensors hold and messages name the Python
-// argument. Every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's,
-// and its Status comes back as an exception with the message intact: ValueError for
-// kInvalidArgument and kNotSupported, RuntimeError for kCudaError and kInternal.
+// argument. The window and the optional extra source (DecodeArgs::extra) are checked by one
+// function, so each rule holds for both under the source's own names. Every other rule (ranges,
+// strides, limits, what the GPU supports) is the C++ layer's, and its Status comes back as an
+// exception with the message intact: ValueError for kInvalidArgument and kNotSupported,
+// RuntimeError for kCudaError and kInternal.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
@@ -34,9 +37,10 @@ constexpr int32_t kDLCUDA = 2;
 // DLPack 1.1 float8 codes, spelled as numbers: nanobind 2.0's dtype_code enum predates them.
 constexpr uint8_t kDLFloat8E4M3FN = 10, kDLFloat8E5M2 = 12;
 
-// Bits of `bf16_views`: which of q / inv_scale / out the Python layer re-viewed from a bfloat16
-// dtype DLPack cannot carry (numpy's ml_dtypes) as uint16. Only those may arrive as uint16.
-constexpr int kViewQ = 1, kViewInvScale = 2, kViewOut = 4;
+// Bits of `bf16_views`: which of q / inv_scale / out / extra_inv_scale the Python layer re-viewed
+// from a bfloat16 dtype DLPack cannot carry (numpy's ml_dtypes) as uint16. Only those may arrive as
+// uint16.
+constexpr int kViewQ = 1, kViewInvScale = 2, kViewOut = 4, kViewExtraInvScale = 8;
 
 std::string dtype_name(nb::dlpack::dtype dt) {
   using Code = nb::dlpack::dtype_code;
@@ -149,47 +153,209 @@ class CudaDeviceGuard {
   bool switched_ = false;
 };
 
-// out[t, h, :] = attention of q[t, h, :] over the window of token t; see docs/semantics.md.
-void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
-            const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
-            OutArray out, std::optional<OutArray> lse, int64_t block_size,
-            double scale, int64_t window_size, uintptr_t stream, int bf16_views) {
-  using Code = nb::dlpack::dtype_code;
+using Code = nb::dlpack::dtype_code;
 
-  // ---- ranks and shapes that must agree (DecodeArgs carries one T, H, D for all tensors) ----
-  check_ndim(q, "q", 3, "(num_tokens, num_heads, head_dim)");
-  check_ndim(kv_cache, "kv_cache", 3, "(num_blocks, block_size, head_dim)");
+swa_decode::DType int_dtype(const InArray& a, const char* name) {
+  if (is(a.dtype(), Code::Int, 32)) return swa_decode::DType::kInt32;
+  if (is(a.dtype(), Code::Int, 64)) return swa_decode::DType::kInt64;
+  type_error(std::string(name) + " must have dtype int32 or int64, got " + dtype_name(a.dtype()));
+}
+
+// The Python names of one KV source's arguments: one function checks the window and the extra
+// source, and each message names the argument the caller passed.
+struct SourceNames {
+  const char* kv_cache;
+  const char* inv_scale;
+  const char* indices;
+  const char* lens;
+  const char* block_size;
+  const char* max_entries;  // the argument that says how many index columns are read
+  const char* num_slots;    // the slot count as the scale-count message spells it
+  int inv_scale_view;       // this source's bit of bf16_views
+};
+
+constexpr SourceNames kWindowNames{
+    "kv_cache", "inv_scale",  "indices",
+    "lens",     "block_size", "window_size",
+    "kv_cache.shape[0] * block_size (num_slots)", kViewInvScale};
+constexpr SourceNames kExtraNames{
+    "extra_kv_cache", "extra_inv_scale",  "extra_indices",
+    "extra_lens",     "extra_block_size", "extra_window",
+    "extra_kv_cache.shape[0] * extra_block_size (num_slots)", kViewExtraInvScale};
+
+// One KV source as a swa_decode::KvSource, once everything its tensors carry agrees with q (T, D,
+// device), with block_size and with max_entries, and each tensor has a dtype the source takes.
+swa_decode::KvSource checked_source(const InArray& kv_cache, const InArray& inv_scale,
+                                    const InArray& indices, const InArray& lens,
+                                    int64_t block_size, int64_t max_entries,
+                                    const SourceNames& names, const InArray& q, int bf16_views) {
+  // ---- ranks and shapes ----
+  check_ndim(kv_cache, names.kv_cache, 3, "(num_blocks, block_size, head_dim)");
   if (inv_scale.ndim() == 2) {
     if (inv_scale.shape(1) != 1) {
-      value_error("inv_scale.shape[1] must equal 1 (a (num_slots, 1) scale), got " +
+      value_error(std::string(names.inv_scale) +
+                  ".shape[1] must equal 1 (a (num_slots, 1) scale), got " +
                   std::to_string(inv_scale.shape(1)));
     }
   } else if (inv_scale.ndim() != 1) {
-    value_error("inv_scale must be 1-D (num_slots,) or 2-D (num_slots, 1), got " +
+    value_error(std::string(names.inv_scale) +
+                " must be 1-D (num_slots,) or 2-D (num_slots, 1), got " +
                 std::to_string(inv_scale.ndim()) + "-D");
   }
-  check_ndim(indices, "indices", 2, "(num_tokens, index_cols)");
-  check_ndim(lens, "lens", 1, "(num_tokens,)");
-  check_ndim(out, "out", 3, "(num_tokens, num_heads, head_dim)");
+  check_ndim(indices, names.indices, 2, "(num_tokens, index_cols)");
+  check_ndim(lens, names.lens, 1, "(num_tokens,)");
 
   const auto num_tokens = static_cast<int64_t>(q.shape(0));
-  const auto num_heads = static_cast<int64_t>(q.shape(1));
-  const auto head_dim = static_cast<int64_t>(q.shape(2));
-  check_dim(kv_cache, "kv_cache", 2, head_dim, "q.shape[2] (head_dim)");
-  // DecodeArgs has one block_size, so the argument and the view must agree: a larger block_size
-  // maps slot b * block_size + o to row o >= kv_cache.shape[1] of block b, outside the view (in
-  // the last block, past the allocation); a smaller one maps slots to rows the caller did not mean.
-  check_dim(kv_cache, "kv_cache", 1, block_size, "block_size");
+  check_dim(kv_cache, names.kv_cache, 2, static_cast<int64_t>(q.shape(2)), "q.shape[2] (head_dim)");
+  // DecodeArgs has one block_size per source, so the argument and the view must agree: a larger
+  // block_size maps slot b * block_size + o to row o >= kv_cache.shape[1] of block b, outside the
+  // view (in the last block, past the allocation); a smaller one maps slots to rows the caller did
+  // not mean.
+  check_dim(kv_cache, names.kv_cache, 1, block_size, names.block_size);
   const auto num_blocks = static_cast<int64_t>(kv_cache.shape(0));
   int64_t num_slots = 0;
   // An S that overflows int64 is validate_args' to report ("num_blocks * block_size must fit").
   if (!__builtin_mul_overflow(num_blocks, block_size, &num_slots)) {
-    check_dim_at_least(inv_scale, "inv_scale", 0, num_slots,
-                       "kv_cache.shape[0] * block_size (num_slots)");
+    check_dim_at_least(inv_scale, names.inv_scale, 0, num_slots, names.num_slots);
   }
-  check_dim_at_least(indices, "indices", 1, window_size, "window_size");
-  check_dim(indices, "indices", 0, num_tokens, "q.shape[0] (num_tokens)");
-  check_dim(lens, "lens", 0, num_tokens, "q.shape[0] (num_tokens)");
+  check_dim_at_least(indices, names.indices, 1, max_entries, names.max_entries);
+  check_dim(indices, names.indices, 0, num_tokens, "q.shape[0] (num_tokens)");
+  check_dim(lens, names.lens, 0, num_tokens, "q.shape[0] (num_tokens)");
+
+  // ---- unit innermost strides ----
+  check_unit_stride(kv_cache, names.kv_cache, 2);
+  check_unit_stride(inv_scale, names.inv_scale, 0);
+  check_unit_stride(indices, names.indices, 1);
+  check_unit_stride(lens, names.lens, 0);
+
+  // ---- q's device ----
+  check_same_device(kv_cache, names.kv_cache, q);
+  check_same_device(inv_scale, names.inv_scale, q);
+  check_same_device(indices, names.indices, q);
+  check_same_device(lens, names.lens, q);
+
+  // ---- DLPack dtypes -> DecodeArgs dtypes ----
+  if (!is(kv_cache.dtype(), Code::UInt, 8) &&
+      !is(kv_cache.dtype(), static_cast<Code>(kDLFloat8E4M3FN), 8)) {
+    type_error(std::string(names.kv_cache) +
+               " must have dtype uint8 or float8_e4m3fn (e4m3 bytes), got " +
+               dtype_name(kv_cache.dtype()));
+  }
+  swa_decode::DType inv_scale_dtype;
+  if (is_bf16(inv_scale.dtype(), bf16_views & names.inv_scale_view)) {
+    inv_scale_dtype = swa_decode::DType::kBFloat16;
+  } else if (is_f32(inv_scale.dtype())) {
+    inv_scale_dtype = swa_decode::DType::kFloat32;
+  } else {
+    type_error(std::string(names.inv_scale) + " must have dtype bfloat16 or float32, got " +
+               dtype_name(inv_scale.dtype()));
+  }
+
+  return swa_decode::KvSource{
+      .kv_cache = kv_cache.data(),
+      .num_blocks = num_blocks,
+      .block_size = block_size,
+      .stride_kv_block = kv_cache.stride(0),
+      .stride_kv_token = kv_cache.stride(1),
+      .inv_scale = inv_scale.data(),
+      .inv_scale_dtype = inv_scale_dtype,
+      .num_scales = static_cast<int64_t>(inv_scale.shape(0)),
+      .indices = indices.data(),
+      .index_dtype = int_dtype(indices, names.indices),
+      .index_cols = static_cast<int64_t>(indices.shape(1)),
+      .stride_indices_token = indices.stride(0),
+      .lens = lens.data(),
+      .lens_dtype = int_dtype(lens, names.lens),
+      .max_entries = max_entries,
+  };
+}
+
+// The extra source's arguments as the caller gave them: all of them, or none (then extra_window
+// may be left out too: it defaults to extra_indices.shape[1]).
+struct ExtraArgs {
+  const std::optional<InArray>& kv_cache;
+  const std::optional<InArray>& inv_scale;
+  const std::optional<InArray>& indices;
+  const std::optional<InArray>& lens;
+  std::optional<int64_t> block_size;
+  std::optional<int64_t> window;
+
+  bool any() const {
+    return kv_cache || inv_scale || indices || lens || block_size || window;
+  }
+};
+
+// DecodeArgs::extra for the extra arguments: none given, no extra source (kv_cache == nullptr).
+swa_decode::KvSource checked_extra(const ExtraArgs& extra, const InArray& q, int bf16_views) {
+  if (!extra.any()) return {};
+  const std::pair<const char*, bool> required[] = {
+      {kExtraNames.kv_cache, extra.kv_cache.has_value()},
+      {kExtraNames.inv_scale, extra.inv_scale.has_value()},
+      {kExtraNames.indices, extra.indices.has_value()},
+      {kExtraNames.lens, extra.lens.has_value()},
+      {kExtraNames.block_size, extra.block_size.has_value()}};
+  std::string missing, given;
+  for (const auto& [name, present] : required) {
+    std::string& list = present ? given : missing;
+    list += (list.empty() ? "" : ", ") + std::string(name);
+  }
+  if (extra.window) given += (given.empty() ? "" : ", ") + std::string(kExtraNames.max_entries);
+  if (!missing.empty()) {
+    value_error("an extra source needs extra_kv_cache, extra_inv_scale, extra_indices, extra_lens "
+                "and extra_block_size (extra_window is optional); missing " + missing +
+                " (given: " + given + ")");
+  }
+  // A rank other than 2 is checked_source's to report; the default is not read then.
+  const int64_t window = extra.window.value_or(
+      extra.indices->ndim() == 2 ? static_cast<int64_t>(extra.indices->shape(1)) : 0);
+  swa_decode::KvSource source =
+      checked_source(*extra.kv_cache, *extra.inv_scale, *extra.indices, *extra.lens,
+                     *extra.block_size, window, kExtraNames, q, bf16_views);
+  // An empty tensor may carry a null data pointer, and a null extra.kv_cache means "no extra
+  // source" to the library: an extra cache without blocks would be dropped silently, not refused
+  // by validate_args (for the window, num_blocks >= 1 is validate_args' to report).
+  if (source.num_blocks < 1) {
+    value_error("extra_kv_cache.shape[0] (num_blocks) must be >= 1, got " +
+                std::to_string(source.num_blocks));
+  }
+  return source;
+}
+
+// out[t, h, :] = attention of q[t, h, :] over token t's window entries and, with an extra
+// source, its extra entries, in one softmax; see docs/semantics.md.
+void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
+            const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
+            OutArray out, std::optional<OutArray> lse, int64_t block_size, double scale,
+            int64_t window_size, uintptr_t stream, int bf16_views,
+            const std::optional<InArray>& extra_kv_cache,
+            const std::optional<InArray>& extra_inv_scale,
+            const std::optional<InArray>& extra_indices, const std::optional<InArray>& extra_lens,
+            std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window) {
+  // ---- q: its own rank, stride, device and dtype; everything else is checked against it ----
+  check_ndim(q, "q", 3, "(num_tokens, num_heads, head_dim)");
+  check_unit_stride(q, "q", 2);
+  if (q.device_type() != kDLCPU && q.device_type() != kDLCUDA) {
+    value_error("q must be on a CPU or CUDA device, got " +
+                device_name(q.device_type(), q.device_id()));
+  }
+  if (!is_bf16(q.dtype(), bf16_views & kViewQ)) {
+    type_error("q must have dtype bfloat16, got " + dtype_name(q.dtype()));
+  }
+  const auto num_tokens = static_cast<int64_t>(q.shape(0));
+  const auto num_heads = static_cast<int64_t>(q.shape(1));
+  const auto head_dim = static_cast<int64_t>(q.shape(2));
+
+  // ---- the KV sources ----
+  const swa_decode::KvSource window = checked_source(kv_cache, inv_scale, indices, lens,
+                                                     block_size, window_size, kWindowNames, q,
+                                                     bf16_views);
+  const swa_decode::KvSource extra = checked_extra(
+      ExtraArgs{extra_kv_cache, extra_inv_scale, extra_indices, extra_lens, extra_block_size,
+                extra_window},
+      q, bf16_views);
+
+  // ---- out, attn_sink, lse ----
+  check_ndim(out, "out", 3, "(num_tokens, num_heads, head_dim)");
   check_dim(out, "out", 0, num_tokens, "q.shape[0] (num_tokens)");
   check_dim(out, "out", 1, num_heads, "q.shape[1] (num_heads)");
   check_dim(out, "out", 2, head_dim, "q.shape[2] (head_dim)");
@@ -202,55 +368,12 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
     check_dim(*lse, "lse", 0, num_tokens, "q.shape[0] (num_tokens)");
     check_dim(*lse, "lse", 1, num_heads, "q.shape[1] (num_heads)");
   }
-
-  // ---- unit innermost strides ----
-  check_unit_stride(q, "q", 2);
-  check_unit_stride(kv_cache, "kv_cache", 2);
-  check_unit_stride(inv_scale, "inv_scale", 0);
-  check_unit_stride(indices, "indices", 1);
-  check_unit_stride(lens, "lens", 0);
   check_unit_stride(out, "out", 2);
   if (attn_sink) check_unit_stride(*attn_sink, "attn_sink", 0);
   if (lse) check_unit_stride(*lse, "lse", 1);
-
-  // ---- one device for all ----
-  if (q.device_type() != kDLCPU && q.device_type() != kDLCUDA) {
-    value_error("q must be on a CPU or CUDA device, got " +
-                device_name(q.device_type(), q.device_id()));
-  }
-  check_same_device(kv_cache, "kv_cache", q);
-  check_same_device(inv_scale, "inv_scale", q);
-  check_same_device(indices, "indices", q);
-  check_same_device(lens, "lens", q);
   check_same_device(out, "out", q);
   if (attn_sink) check_same_device(*attn_sink, "attn_sink", q);
   if (lse) check_same_device(*lse, "lse", q);
-
-  // ---- DLPack dtypes -> DecodeArgs dtypes ----
-  if (!is_bf16(q.dtype(), bf16_views & kViewQ)) {
-    type_error("q must have dtype bfloat16, got " + dtype_name(q.dtype()));
-  }
-  if (!is(kv_cache.dtype(), Code::UInt, 8) &&
-      !is(kv_cache.dtype(), static_cast<Code>(kDLFloat8E4M3FN), 8)) {
-    type_error("kv_cache must have dtype uint8 or float8_e4m3fn (e4m3 bytes), got " +
-               dtype_name(kv_cache.dtype()));
-  }
-  swa_decode::DType inv_scale_dtype;
-  if (is_bf16(inv_scale.dtype(), bf16_views & kViewInvScale)) {
-    inv_scale_dtype = swa_decode::DType::kBFloat16;
-  } else if (is_f32(inv_scale.dtype())) {
-    inv_scale_dtype = swa_decode::DType::kFloat32;
-  } else {
-    type_error("inv_scale must have dtype bfloat16 or float32, got " +
-               dtype_name(inv_scale.dtype()));
-  }
-  auto int_dtype = [](const InArray& a, const char* name) {
-    if (is(a.dtype(), Code::Int, 32)) return swa_decode::DType::kInt32;
-    if (is(a.dtype(), Code::Int, 64)) return swa_decode::DType::kInt64;
-    type_error(std::string(name) + " must have dtype int32 or int64, got " + dtype_name(a.dtype()));
-  };
-  const swa_decode::DType index_dtype = int_dtype(indices, "indices");
-  const swa_decode::DType lens_dtype = int_dtype(lens, "lens");
   if (attn_sink && !is_f32(attn_sink->dtype())) {
     type_error("attn_sink must have dtype float32, got " + dtype_name(attn_sink->dtype()));
   }
@@ -266,25 +389,26 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
       .num_tokens = num_tokens,
       .num_heads = num_heads,
       .head_dim = head_dim,
-      .num_blocks = num_blocks,
-      .block_size = block_size,
-      .window_size = window_size,
+      .num_blocks = window.num_blocks,
+      .block_size = window.block_size,
+      .window_size = window.max_entries,
       .scale = static_cast<float>(scale),
       .q = q.data(),
       .stride_q_token = q.stride(0),
       .stride_q_head = q.stride(1),
-      .kv_cache = kv_cache.data(),
-      .stride_kv_block = kv_cache.stride(0),
-      .stride_kv_token = kv_cache.stride(1),
-      .inv_scale = inv_scale.data(),
-      .inv_scale_dtype = inv_scale_dtype,
-      .num_scales = static_cast<int64_t>(inv_scale.shape(0)),
-      .indices = indices.data(),
-      .index_dtype = index_dtype,
-      .index_cols = static_cast<int64_t>(indices.shape(1)),
-      .stride_indices_token = indices.stride(0),
-      .lens = lens.data(),
-      .lens_dtype = lens_dtype,
+      .kv_cache = window.kv_cache,
+      .stride_kv_block = window.stride_kv_block,
+      .stride_kv_token = window.stride_kv_token,
+      .inv_scale = window.inv_scale,
+      .inv_scale_dtype = window.inv_scale_dtype,
+      .num_scales = window.num_scales,
+      .indices = window.indices,
+      .index_dtype = window.index_dtype,
+      .index_cols = window.index_cols,
+      .stride_indices_token = window.stride_indices_token,
+      .lens = window.lens,
+      .lens_dtype = window.lens_dtype,
+      .extra = extra,
       .attn_sink = attn_sink ? static_cast<const float*>(attn_sink->data()) : nullptr,
       .lse = lse ? static_cast<float*>(lse->data()) : nullptr,
       .stride_lse_token = lse ? lse->stride(0) : 0,
@@ -321,15 +445,23 @@ NB_MODULE(_C, m) {
   m.def("decode", &decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("inv_scale"),
         nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale"), nb::arg("window_size"),
-        nb::arg("stream"), nb::arg("bf16_views") = 0,
+        nb::arg("stream"), nb::arg("bf16_views") = 0, nb::arg("extra_kv_cache").none() = nb::none(),
+        nb::arg("extra_inv_scale").none() = nb::none(),
+        nb::arg("extra_indices").none() = nb::none(), nb::arg("extra_lens").none() = nb::none(),
+        nb::arg("extra_block_size").none() = nb::none(),
+        nb::arg("extra_window").none() = nb::none(),
         "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
-        "cudaStream_t as an integer, 0 = legacy default stream) and not waited for.");
+        "cudaStream_t as an integer, 0 = legacy default stream) and not waited for. The extra_* "
+        "arguments are the optional second KV source (all of them or none; extra_window defaults "
+        "to extra_indices.shape[1]).");
   m.def("version", []() { return std::string(swa_decode::version()); });
   // include/swa_decode/limits.h, re-exported by swa_decode.limits.
   m.attr("GPU_HEAD_DIM") = swa_decode::kGpuHeadDim;
   m.attr("MAX_GPU_HEADS") = swa_decode::kMaxGpuHeads;
   m.attr("MAX_WINDOW") = swa_decode::kMaxWindow;
+  m.attr("MAX_EXTRA_ENTRIES") = swa_decode::kMaxExtraEntries;
   m.attr("kViewQ") = kViewQ;
   m.attr("kViewInvScale") = kViewInvScale;
   m.attr("kViewOut") = kViewOut;
+  m.attr("kViewExtraInvScale") = kViewExtraInvScale;
 }

@@ -1,12 +1,14 @@
 """swa_decode: sliding-window decode attention over a paged fp8 KV cache (DeepSeek-V4).
 
-- ``decode(q, kv_cache, inv_scale, indices, lens, *, block_size, ...)``: the op, on torch tensors
+- ``decode(q, kv_cache, inv_scale, indices, lens, *, block_size, ..., extra_kv_cache=, ...)``:
+  the op (the window and, optionally, the compressed entries in one softmax), on torch tensors
   (CUDA: the GPU kernel on the current stream; CPU: the float64 reference) or on any DLPack array
   (numpy on CPU; CuPy, JAX, ... on CUDA with an explicit ``stream=``).
 - ``native_swa_decode_attention(...)``: a drop-in for the seed's function of that name.
 - ``torch.ops.swa_decode.decode`` / ``decode_out``: the torch custom ops behind ``decode`` for
   torch tensors (registered when torch is importable), usable under torch.compile and CUDA graphs.
-- ``limits``: ``GPU_HEAD_DIM``, ``MAX_GPU_HEADS``, ``MAX_WINDOW``, the library's own numbers.
+- ``limits``: ``GPU_HEAD_DIM``, ``MAX_GPU_HEADS``, ``MAX_WINDOW``, ``MAX_EXTRA_ENTRIES``, the
+  library's own numbers.
 
 The semantics (valid entries, sink, LSE, empty tokens) are in docs/semantics.md.
 """

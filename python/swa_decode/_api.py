@@ -7,7 +7,7 @@ there."""
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from swa_decode import _C
 
@@ -44,13 +44,21 @@ def _int_arg(name: str, value) -> int:
 
 def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
            scale: Optional[float] = None, window_size: Optional[int] = None, attn_sink=None,
-           out=None, return_lse: bool = False, lse=None, stream=None):
+           out=None, return_lse: bool = False, lse=None, stream=None, extra_kv_cache=None,
+           extra_inv_scale=None, extra_indices=None, extra_lens=None,
+           extra_block_size: Optional[int] = None, extra_window: Optional[int] = None):
     """Sliding-window decode attention over a paged e4m3 KV cache (semantics: docs/semantics.md).
 
     q (T, H, D) bf16; kv_cache (num_blocks, block_size, D) uint8 or float8_e4m3fn e4m3 bytes
     (rows may be padded: any token stride); inv_scale (num_slots,) or (num_slots, 1) bf16 or fp32;
     indices (T, >= window_size) or (1, T, >= window_size) int32/int64 slot ids, -1 = no entry;
     lens (T,) int32/int64; attn_sink (H,) fp32 or None.
+
+    The extra source (DeepSeek-V4's compressed entries, attended in the same softmax after the
+    window's entries): extra_kv_cache (extra_num_blocks, extra_block_size, D), extra_inv_scale,
+    extra_indices (T, >= extra_window) and extra_lens (T,), each with the window's dtypes and
+    layout rules, and extra_block_size; give all five or none. extra_window (the extra index
+    columns read per token, up to limits.MAX_EXTRA_ENTRIES) defaults to extra_indices.shape[-1].
 
     scale defaults to D ** -0.5, window_size to indices.shape[-1]. Returns out (T, H, D) bf16, or
     (out, lse) with lse (T, H) fp32 (natural log, without the sink) when return_lse. out= (and lse=)
@@ -64,13 +72,35 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     block_size = _int_arg("block_size", block_size)
     if window_size is not None:
         window_size = _int_arg("window_size", window_size)
+    extra = None  # no extra source: nothing below looks at the extra_* arguments again
+    if (extra_kv_cache is not None or extra_inv_scale is not None or extra_indices is not None
+            or extra_lens is not None or extra_block_size is not None or extra_window is not None):
+        # Which of them are missing is the binding's to say, for every path alike.
+        extra = _Extra(extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
+                       None if extra_block_size is None else _int_arg("extra_block_size",
+                                                                      extra_block_size),
+                       None if extra_window is None else _int_arg("extra_window", extra_window))
     if _torch is not None and isinstance(q, _torch.Tensor):
         return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                              scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
-                             return_lse=return_lse, lse=lse, stream=stream)
+                             return_lse=return_lse, lse=lse, stream=stream, extra=extra)
     return _decode_dlpack(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                           scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
-                          return_lse=return_lse, lse=lse, stream=stream)
+                          return_lse=return_lse, lse=lse, stream=stream, extra=extra)
+
+
+class _Extra(NamedTuple):
+    """decode()'s extra_* arguments, in the order of the custom ops' and the binding's."""
+    kv_cache: Any
+    inv_scale: Any
+    indices: Any
+    lens: Any
+    block_size: Optional[int]
+    window: Optional[int]
+
+    def named_tensors(self):
+        return [("extra_kv_cache", self.kv_cache), ("extra_inv_scale", self.inv_scale),
+                ("extra_indices", self.indices), ("extra_lens", self.lens)]
 
 
 def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa_lens,
@@ -136,12 +166,14 @@ def _defaults(q, indices, scale, window_size):
 # ---------------------------------------------------------------------------------------------
 
 def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                  attn_sink, out, return_lse, lse, stream):
+                  attn_sink, out, return_lse, lse, stream, extra):
     if stream is not None:
         raise ValueError("stream= is for DLPack arrays; torch tensors run on the current stream "
                          "(use `with torch.cuda.stream(s):`), got stream=" + repr(stream))
     named = [("kv_cache", kv_cache), ("inv_scale", inv_scale), ("indices", indices),
              ("lens", lens), ("attn_sink", attn_sink), ("out", out), ("lse", lse)]
+    if extra is not None:
+        named += extra.named_tensors()
     for name, t in named:
         if t is None:
             continue
@@ -155,14 +187,16 @@ def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, w
         raise ValueError("lse= needs out= as well (without out= the op allocates both)")
 
     indices, scale, window_size = _defaults(q, indices, scale, window_size)
+    extra_args = () if extra is None else extra
     if out is None:
         out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
-                                     block_size, scale, window_size, bool(return_lse))
+                                     block_size, scale, window_size, bool(return_lse),
+                                     *extra_args)
         return (out_t, lse_t) if return_lse else out_t
     if return_lse and lse is None:
         lse = _torch.empty((q.shape[0], q.shape[1]), dtype=_torch.float32, device=q.device)
     _ops.decode_out_op(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                      block_size, scale, window_size)
+                      block_size, scale, window_size, *extra_args)
     return (out, lse) if return_lse else out
 
 
@@ -216,11 +250,25 @@ def _allocate_like(q, shape, dtype, name: str):
                     "allocate in that framework")
 
 
+def _as_uint16_if_bf16(x, bit: int, bf16_views: int):
+    """x viewed as uint16 with `bit` set in bf16_views if x is an ml_dtypes bfloat16 array (no
+    DLPack code), else x and bf16_views unchanged."""
+    if _dtype_name(x) == "bfloat16":
+        return x.view("uint16"), bf16_views | bit
+    return x, bf16_views
+
+
+def _as_uint8_if_float8(kv_cache):
+    return kv_cache.view("uint8") if _dtype_name(kv_cache) == "float8_e4m3fn" else kv_cache
+
+
 def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                   attn_sink, out, return_lse, lse, stream):
+                   attn_sink, out, return_lse, lse, stream, extra):
     device = _dlpack_device(q, "q")
     named = [("kv_cache", kv_cache), ("inv_scale", inv_scale), ("indices", indices),
              ("lens", lens), ("attn_sink", attn_sink), ("out", out), ("lse", lse)]
+    if extra is not None:
+        named += extra.named_tensors()
     for name, x in named:
         if x is not None and _dlpack_device(x, name) != device:
             raise ValueError(f"{name} must be on q's device {_device_str(device)}, got "
@@ -244,16 +292,10 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
 
     # bfloat16 / float8 dtypes of ml_dtypes (numpy) have no DLPack code: pass their bits as
     # uint16 / uint8 and tell the binding which uint16 arrays are bfloat16.
-    bf16_views = 0
-    if _dtype_name(q) == "bfloat16":
-        q, bf16_views = q.view("uint16"), bf16_views | _C.kViewQ
-    if _dtype_name(inv_scale) == "bfloat16":
-        inv_scale, bf16_views = inv_scale.view("uint16"), bf16_views | _C.kViewInvScale
-    out_arg = out
-    if _dtype_name(out) == "bfloat16":
-        out_arg, bf16_views = out.view("uint16"), bf16_views | _C.kViewOut
-    if _dtype_name(kv_cache) == "float8_e4m3fn":
-        kv_cache = kv_cache.view("uint8")
+    q, bf16_views = _as_uint16_if_bf16(q, _C.kViewQ, 0)
+    inv_scale, bf16_views = _as_uint16_if_bf16(inv_scale, _C.kViewInvScale, bf16_views)
+    out_arg, bf16_views = _as_uint16_if_bf16(out, _C.kViewOut, bf16_views)
+    kv_cache = _as_uint8_if_float8(kv_cache)
 
     def export(x):
         if x is None or device[0] == _DL_CPU:
@@ -262,7 +304,14 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
         # legacy default stream is 1 there, 0 being reserved).
         return x.__dlpack__(stream=stream_handle if stream_handle != 0 else 1)
 
+    extra_args = ()
+    if extra is not None:
+        extra_inv_scale, bf16_views = _as_uint16_if_bf16(extra.inv_scale, _C.kViewExtraInvScale,
+                                                         bf16_views)
+        extra_args = (export(_as_uint8_if_float8(extra.kv_cache)), export(extra_inv_scale),
+                      export(extra.indices), export(extra.lens), extra.block_size, extra.window)
+
     _C.decode(export(q), export(kv_cache), export(inv_scale), export(indices), export(lens),
               export(attn_sink), export(out_arg), export(lse), block_size, scale,
-              window_size, stream_handle, bf16_views)
+              window_size, stream_handle, bf16_views, *extra_args)
     return (out, lse) if return_lse else out

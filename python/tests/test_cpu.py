@@ -3,19 +3,14 @@ backend computes in float64 and rounds once, so results must be the bf16 roundin
 """
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 import swa_decode
-from conftest import (assert_bf16_rounding_of, assert_lse_equal, make_batch, reference)
-from swa_decode.limits import MAX_GPU_HEADS
-
-
-def run(b, **kw):
-    return swa_decode.decode(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens,
-                             block_size=b.block_size, window_size=b.window_size,
-                             attn_sink=b.attn_sink, **kw)
+from conftest import assert_bf16_rounding_of, assert_lse_equal, make_batch, reference, run
+from swa_decode.limits import MAX_EXTRA_ENTRIES, MAX_GPU_HEADS
 
 
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
@@ -98,7 +93,7 @@ def test_per_head_sinks_and_lse_without_sink_match_no_sink_run():
 
 
 def test_strided_q_padded_cache_rows_wide_indices_and_strided_out():
-    b = make_batch(T=4, H=4, D=64, W=16, row_stride=96, extra_index_cols=5)
+    b = make_batch(T=4, H=4, D=64, W=16, row_stride=96, spare_index_cols=5)
     wide_q = torch.randn(4, 6, 80).to(torch.bfloat16)
     wide_q[:, 1:5, 8:72] = b.q
     b.q = wide_q[:, 1:5, 8:72]                # strides (480, 80, 1)
@@ -159,3 +154,186 @@ def test_head_counts():
 
 def test_version():
     assert swa_decode.__version__ == "0.1.0"
+
+
+# ---- the extra source: the compressed entries in the same softmax -----------------------------
+# Every test below needs the C++ side of issue 11 (validation and the float64 reference over
+# DecodeArgs::extra): without it the library ignores the extra source.
+
+def check_against_reference(b, **kw):
+    out, lse = run(b, return_lse=True, **kw)
+    ref_out, ref_lse = reference(b, scale=kw.get("scale"))
+    assert_bf16_rounding_of(out, ref_out)
+    assert_lse_equal(lse, ref_lse)
+    return out, lse
+
+
+@pytest.mark.parametrize("index_dtype,lens_dtype,scale_dtype,scale_2d", [
+    (torch.int32, torch.int64, torch.float32, False),
+    (torch.int64, torch.int32, torch.bfloat16, True),
+    (torch.int32, torch.int32, torch.bfloat16, False)])
+def test_extra_source_with_its_own_geometry_and_dtypes(index_dtype, lens_dtype, scale_dtype,
+                                                      scale_2d):
+    """The extra cache has its own num_blocks, block_size, padded row stride, index columns past
+    its window and dtypes, none of them the window's (int64 ids, bf16 (S, 1) scales, 16 x 16)."""
+    b = make_batch(T=7, H=8, D=64, num_blocks=6, block_size=16, W=32, seed=3,
+                   extra=dict(num_blocks=5, block_size=32, W=48, row_stride=80, spare_index_cols=3,
+                              index_dtype=index_dtype, lens_dtype=lens_dtype,
+                              scale_dtype=scale_dtype, scale_2d=scale_2d))
+    assert b.extra.kv_cache.stride(1) == 80 and b.extra.indices.shape[1] == 51
+    check_against_reference(b)
+
+
+@pytest.mark.parametrize("window_lens,extra_lens", [
+    ([0, -1, 16, 17, 3, 0, -7], [24, 25, 0, -1, 0, -3, 1]),   # one side empty, the other not
+    ([0, -1, 0, -5, 0, 0, 0], [0, 0, -1, -9, 0, 0, 0]),       # nothing anywhere
+    ([16, 17, 1, 15, 100, 16, 2], [24, 1000, 1, 23, 25, 24, 2])])  # lens > limit read the limit
+def test_extra_lengths_in_either_source(window_lens, extra_lens):
+    """A token with no valid entry in either source gets 0 and -inf; an empty window with extra
+    entries is a softmax over the extra entries alone, and the reverse."""
+    b = make_batch(T=7, H=4, D=64, W=16, lens=window_lens, seed=5,
+                   extra=dict(num_blocks=4, block_size=16, W=24, lens=extra_lens))
+    out, lse = check_against_reference(b)
+    for t, (n, x) in enumerate(zip(window_lens, extra_lens)):
+        empty = n <= 0 and x <= 0
+        assert (out[t] == 0).all() == empty and (lse[t] == -math.inf).all() == empty
+
+
+def test_extra_ids_past_its_own_slot_range_and_holes():
+    """An extra id that would name a window slot but lies past the extra cache (32 slots here,
+    the window's 96) is no entry, like -1 and other negatives, and is never read."""
+    b = make_batch(T=4, H=4, D=64, W=16, lens=[16, 16, 0, 16], seed=7,
+                   extra=dict(num_blocks=2, block_size=16, W=24, lens=[24, 24, 24, 24]))
+    assert b.extra.num_slots == 32 and b.extra.kv_cache.shape[0] * 16 < b.kv_cache.shape[0] * 16
+    b.extra.indices[0, 3] = 32                  # the first id past the extra cache
+    b.extra.indices[0, 9] = 40                  # a window slot, not an extra one
+    b.extra.indices[1, 4] = 10 ** 6
+    b.extra.indices[1, 5] = -1                  # holes mid-row
+    b.extra.indices[1, 6] = -8
+    b.extra.indices[2, :] = -1                  # window empty and no valid extra id: 0 / -inf
+    b.extra.indices[3, :] = 95                  # only out-of-range ids: the window alone
+    out, lse = check_against_reference(b)
+    assert (out[2] == 0).all() and (lse[2] == -math.inf).all()
+    window_only, window_lse = run(replace(b, extra=None), return_lse=True)
+    assert torch.equal(out[3], window_only[3]) and torch.equal(lse[3], window_lse[3])
+
+
+def test_duplicates_within_and_across_sources_sharing_a_cache():
+    """Both sources name one cache: a slot in the window and twice in the extra source is three
+    entries of J_t."""
+    b = make_batch(T=3, H=4, D=64, W=16, lens=[16, 16, 5], seed=11,
+                   extra=dict(W=20, lens=[20, 20, 20], share_cache=True))
+    assert b.extra.kv_cache is b.kv_cache and b.extra.inv_scale is b.inv_scale
+    b.extra.indices[0, 0] = b.indices[0, 4]      # across the sources
+    b.extra.indices[0, 7] = b.indices[0, 4]      # and once more within the extra source
+    b.extra.indices[1, 2:6] = b.extra.indices[1, 1]
+    b.extra.indices[2, :] = b.indices[2, 0]      # the window's first slot, 20 more times
+    check_against_reference(b)
+
+
+def test_extra_source_that_repeats_the_window_doubles_every_entry():
+    """Independent of the reference: an extra source with the window's very cache, scales, ids and
+    lengths makes every entry count twice, which leaves out unchanged without a sink and adds
+    log 2 to the lse."""
+    b = make_batch(T=5, H=4, D=64, W=16, seed=13)
+    out, lse = run(b, return_lse=True)
+    doubled = replace(b, extra=b.sources()[0])
+    out2, lse2 = run(doubled, return_lse=True)
+    ref_out, ref_lse = reference(doubled)
+    assert_bf16_rounding_of(out2, ref_out)
+    assert_lse_equal(lse2, ref_lse)
+    assert torch.equal(out2, out)
+    finite = torch.isfinite(lse)
+    assert torch.allclose(lse2[finite].double(), lse[finite].double() + math.log(2), rtol=1e-6)
+    assert torch.equal(torch.isinf(lse2), ~finite)
+
+
+@pytest.mark.parametrize("sink", [-math.inf, math.inf, 0.0, 3.5])
+def test_extra_source_with_sinks(sink):
+    """One sink per head for the whole of J_t, never in the lse."""
+    b = make_batch(T=5, H=4, D=64, W=16, sink=sink, seed=17,
+                   extra=dict(num_blocks=3, block_size=32, W=40))
+    out, _ = check_against_reference(b)
+    if sink == math.inf:
+        assert (out == 0).all()
+
+
+def test_extra_window_smaller_than_index_columns_reads_first_columns():
+    b = make_batch(T=3, H=2, D=64, W=16, poison=False,
+                   extra=dict(W=24, lens=[24, 24, 24]))
+    b.extra.window = 9
+    check_against_reference(b)
+
+
+def test_extra_window_defaults_to_index_columns():
+    b = make_batch(T=4, H=2, D=64, W=16, extra=dict(W=24, lens=[24, 3, 0, 25]))
+    out = run(b, extra_window=None)
+    assert_bf16_rounding_of(out, reference(b)[0])
+
+
+def test_largest_extra_window():
+    """MAX_EXTRA_ENTRIES columns are accepted and all of them are read."""
+    b = make_batch(T=2, H=2, D=16, num_blocks=2, block_size=16, W=16, lens=[16, 0],
+                   extra=dict(num_blocks=64, block_size=256, W=MAX_EXTRA_ENTRIES,
+                              lens=[MAX_EXTRA_ENTRIES, MAX_EXTRA_ENTRIES - 1]))
+    check_against_reference(b)
+
+
+def test_extra_source_with_strided_q_and_outputs():
+    b = make_batch(T=4, H=4, D=64, W=16, seed=19, extra=dict(W=32, row_stride=72))
+    wide_q = torch.randn(4, 6, 80).to(torch.bfloat16)
+    wide_q[:, 1:5, 8:72] = b.q
+    b.q = wide_q[:, 1:5, 8:72]
+    wide_out = torch.full((4, 4, 128), 7.0, dtype=torch.bfloat16)
+    out = wide_out[:, :, 32:96]
+    lse_store = torch.full((4, 8), 7.0)
+    ret, ret_lse = run(b, out=out, lse=lse_store[:, :4], return_lse=True)
+    ref_out, ref_lse = reference(b)
+    assert ret is out
+    assert_bf16_rounding_of(out, ref_out)
+    assert_lse_equal(ret_lse, ref_lse)
+    assert (wide_out[:, :, :32] == 7).all() and (lse_store[:, 4:] == 7).all()
+
+
+def test_extra_source_with_zero_tokens():
+    b = make_batch(T=0, H=2, D=64, extra=dict(W=8))
+    out, lse = run(b, return_lse=True)
+    assert out.shape == (0, 2, 64) and lse.shape == (0, 2)
+
+
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_nan_in_padding_heads_of_q_stays_in_those_heads(with_extra):
+    """Engines pass uninitialized padding heads: NaN in heads 1 and 6 of q must not reach the
+    output or the lse of any other head."""
+    b = make_batch(T=5, H=8, D=64, W=16, seed=23, sink=0.5,
+                   extra=dict(W=24) if with_extra else None)
+    padding = torch.tensor([1, 6])
+    heads = torch.tensor([h for h in range(8) if h not in (1, 6)])
+    b.q[:, padding] = float("nan")
+    out, lse = run(b, return_lse=True)
+    ref_out, ref_lse = reference(replace(b, q=b.q[:, heads], attn_sink=b.attn_sink[heads]))
+    assert_bf16_rounding_of(out[:, heads], ref_out)
+    assert_lse_equal(lse[:, heads], ref_lse)
+
+
+def test_reference_is_one_softmax_over_both_sources():
+    """The tests' reference itself (no package call): with an extra source and no sink it equals
+    the LSE merge of its window-only and extra-only results."""
+    b = make_batch(T=6, H=4, D=32, W=16, seed=29, lens=[16, 8, 0, 0, 15, 1],
+                   extra=dict(num_blocks=3, block_size=8, W=20, lens=[1, 0, 20, 0, 10, 19]))
+    out, lse = reference(b)
+    out_w, lse_w = reference(replace(b, extra=None))
+    x = b.extra
+    out_x, lse_x = reference(replace(b, kv_cache=x.kv_cache, inv_scale=x.inv_scale,
+                                     indices=x.indices, lens=x.lens, block_size=x.block_size,
+                                     window_size=x.window, extra=None))
+    merged_lse = torch.logaddexp(lse_w, lse_x)
+    finite = torch.isfinite(merged_lse)
+    weight_w = torch.where(finite, torch.exp(lse_w - merged_lse), 0.0).unsqueeze(-1)
+    weight_x = torch.where(finite, torch.exp(lse_x - merged_lse), 0.0).unsqueeze(-1)
+    assert torch.allclose(out, weight_w * out_w + weight_x * out_x, rtol=1e-12, atol=1e-12)
+    assert torch.equal(torch.isinf(lse), ~finite)
+    assert torch.allclose(lse[finite], merged_lse[finite], rtol=1e-12)
+    # the case list: both empty (token 3), window only (1), extra only (2)
+    assert (~finite).any() and (torch.isinf(lse_w) & finite).any()
+    assert (torch.isinf(lse_x) & finite).any()

@@ -5,17 +5,11 @@ import pytest
 import torch
 
 import swa_decode
-from conftest import (assert_bf16_rounding_of, assert_lse_equal, load_bench_module, make_batch,
-                      reference)
+from conftest import (as_numpy, assert_bf16_rounding_of, assert_lse_equal, load_bench_module,
+                      make_batch, reference)
 
 np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
-
-
-def as_numpy(b):
-    return dict(q=b.q.float().numpy().astype(ml_dtypes.bfloat16), kv_cache=b.kv_cache.numpy(),
-                inv_scale=b.inv_scale.float().numpy().astype(ml_dtypes.bfloat16),
-                indices=b.indices.numpy(), lens=b.lens.numpy())
 
 
 def test_numpy_arrays_match_reference():
@@ -96,6 +90,68 @@ def test_torch_compile_fullgraph_cpu():
         return out.float() * 2, lse
 
     out2, lse = step(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens)
+    ref_out, ref_lse = reference(b)
+    assert_bf16_rounding_of(out2 / 2, ref_out)
+    assert_lse_equal(lse, ref_lse)
+
+
+# ---- the extra source through the DLPack path and the custom ops (needs the C++ side of issue
+# 11: the library's validation and float64 reference over DecodeArgs::extra) --------------------
+
+def extra_batch(**kw):
+    return make_batch(T=5, H=4, D=64, W=16, sink=0.5, seed=31,
+                      extra=dict(num_blocks=3, block_size=32, W=40, **kw))
+
+
+def test_numpy_arrays_with_an_extra_source_match_reference():
+    """ml_dtypes bfloat16 extra scales and a float8_e4m3fn extra cache, as for the window."""
+    b = extra_batch(index_dtype=torch.int32)
+    a = as_numpy(b)
+    a["extra_kv_cache"] = a["extra_kv_cache"].view(ml_dtypes.float8_e4m3fn)
+    out, lse = swa_decode.decode(**a, block_size=b.block_size, attn_sink=b.attn_sink.numpy(),
+                                 return_lse=True)
+    ref_out, ref_lse = reference(b)
+    assert_bf16_rounding_of(torch.from_numpy(out.astype(np.float64)), ref_out)
+    assert_lse_equal(torch.from_numpy(lse), ref_lse)
+
+
+def test_numpy_extra_source_with_fp32_scales():
+    b = extra_batch(scale_dtype=torch.float32, scale_2d=False)
+    a = as_numpy(b)
+    a["extra_inv_scale"] = b.extra.inv_scale.numpy()
+    out = swa_decode.decode(**a, block_size=b.block_size, attn_sink=b.attn_sink.numpy())
+    assert_bf16_rounding_of(torch.from_numpy(out.astype(np.float64)), reference(b)[0])
+
+
+def test_opcheck_custom_ops_with_an_extra_source():
+    """The extended schemas, their fake implementations and the real ones agree (runs without the
+    C++ side too: opcheck compares the op with itself)."""
+    b = extra_batch()
+    x = b.extra
+    args = (b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, b.attn_sink, b.block_size, 0.125, 16)
+    extra = dict(extra_kv_cache=x.kv_cache, extra_inv_scale=x.inv_scale, extra_indices=x.indices,
+                 extra_lens=x.lens, extra_block_size=x.block_size, extra_window=x.window)
+    for return_lse in (True, False):
+        torch.library.opcheck(torch.ops.swa_decode.decode.default, args + (return_lse,), extra)
+    out, lse = torch.empty_like(b.q), torch.empty(5, 4)
+    torch.library.opcheck(torch.ops.swa_decode.decode_out.default,
+                          args[:6] + (out, lse) + args[6:], extra)
+
+
+def test_torch_compile_fullgraph_cpu_with_an_extra_source():
+    b = extra_batch()
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def step(q, kv, scale, idx, lens, sink, x_kv, x_scale, x_idx, x_lens):
+        out, lse = swa_decode.decode(q, kv, scale, idx, lens, block_size=16, attn_sink=sink,
+                                     return_lse=True, extra_kv_cache=x_kv.view(torch.float8_e4m3fn),
+                                     extra_inv_scale=x_scale, extra_indices=x_idx,
+                                     extra_lens=x_lens, extra_block_size=32)
+        return out.float() * 2, lse
+
+    x = b.extra
+    out2, lse = step(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, b.attn_sink, x.kv_cache,
+                     x.inv_scale, x.indices, x.lens)
     ref_out, ref_lse = reference(b)
     assert_bf16_rounding_of(out2 / 2, ref_out)
     assert_lse_equal(lse, ref_lse)

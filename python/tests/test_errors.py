@@ -5,12 +5,14 @@ checked, on the torch path, the custom ops called directly and the DLPack path a
 contradiction the op trusted instead would read bytes outside the tensors it was given.
 """
 
+import re
+
 import pytest
 import torch
 
 import swa_decode
-from conftest import assert_bf16_rounding_of, make_batch, reference
-from swa_decode.limits import MAX_WINDOW
+from conftest import as_numpy, assert_bf16_rounding_of, make_batch, reference
+from swa_decode.limits import MAX_EXTRA_ENTRIES, MAX_WINDOW
 
 
 def call(b, **overrides):
@@ -50,21 +52,8 @@ def expect(exc, *parts, **overrides):
 CASES = {
     "q dtype": expect(TypeError, "q", "bfloat16", "float16",
                       q=torch.zeros(3, 4, 64, dtype=torch.float16)),
-    "kv dtype": expect(TypeError, "kv_cache", "uint8", "int8",
-                       kv_cache=torch.zeros(6, 16, 64, dtype=torch.int8)),
-    "scale dtype": expect(TypeError, "inv_scale", "float32", "float64",
-                          inv_scale=torch.zeros(96, dtype=torch.float64)),
-    "index dtype": expect(TypeError, "indices", "int32 or int64", "int16",
-                          indices=torch.zeros(3, 16, dtype=torch.int16)),
-    "lens dtype": expect(TypeError, "lens", "int32 or int64", "float32",
-                         lens=torch.zeros(3, dtype=torch.float32)),
     "sink dtype": expect(TypeError, "attn_sink", "float32", "bfloat16",
                          attn_sink=torch.zeros(4, dtype=torch.bfloat16)),
-    "head dim": expect(ValueError, "kv_cache.shape[2]", "64", "32",
-                       kv_cache=torch.zeros(6, 16, 32, dtype=torch.uint8)),
-    "lens T": expect(ValueError, "lens.shape[0]", "3", "5", lens=torch.zeros(5, dtype=torch.int64)),
-    "indices T": expect(ValueError, "indices.shape[0]", "3", "2",
-                        indices=torch.zeros(2, 16, dtype=torch.int64)),
     "indices 3-D batch": expect(ValueError, "indices", "(1, T, W)", "(2, 3, 16)",
                                 indices=torch.zeros(2, 3, 16, dtype=torch.int64)),
     "sink H": expect(ValueError, "attn_sink.shape[0]", "4", "5",
@@ -74,69 +63,22 @@ CASES = {
     "out dtype": expect(TypeError, "out", "bfloat16", "float32",
                         out=torch.zeros(3, 4, 64, dtype=torch.float32)),
     "q rank": expect(ValueError, "q", "3-D", "2-D", q=torch.zeros(3, 256, dtype=torch.bfloat16)),
-    "scale rank": expect(ValueError, "inv_scale.shape[1]", "1", "2",
-                         inv_scale=torch.zeros(48, 2, dtype=torch.bfloat16)),
     "q inner stride": expect(ValueError, "q.stride(2)", "1", "2",
                              q=torch.zeros(3, 4, 128, dtype=torch.bfloat16)[:, :, ::2]),
-    "block_size 0": expect(ValueError, "block_size", "0", block_size=0),
-    "block_size -1": expect(ValueError, "block_size", "-1", block_size=-1),
-    "window 0": expect(ValueError, "window_size", "0", window_size=0),
     "scale nan": expect(ValueError, "scale", "nan", scale=float("nan")),
-    "device": expect(ValueError, "kv_cache", "q's device cpu", "meta",
-                     kv_cache=torch.zeros(6, 16, 64, dtype=torch.uint8, device="meta")),
-    "not a tensor": expect(TypeError, "lens", "torch.Tensor", "list", lens=[1, 2, 3]),
     "stream on torch": expect(ValueError, "stream", stream=0),
     "lse without out": expect(ValueError, "lse", "out", lse=torch.zeros(3, 4)),
-    # ---- shapes an argument can contradict ----
-    "kv rows < block_size": expect(ValueError,
-                                   "kv_cache.shape[1] must equal block_size = 16, got 8",
-                                   kv_cache=torch.zeros(6, 16, 64, dtype=U8)[:, :8]),
-    "kv rows > block_size": expect(ValueError,
-                                   "kv_cache.shape[1] must equal block_size = 8, got 16",
-                                   block_size=8),
-    "scale count": expect(ValueError,
-                          "inv_scale.shape[0] must be >= kv_cache.shape[0] * block_size",
-                          "= 96, got 95", inv_scale=torch.zeros(95, 1, dtype=BF16)),
-    "scale (1, S)": expect(ValueError, "inv_scale.shape[1] must equal 1", "got 96",
-                           inv_scale=torch.zeros(1, 96, dtype=BF16)),
-    "scale 3-D": expect(ValueError, "inv_scale", "1-D", "3-D",
-                        inv_scale=torch.zeros(96, 1, 1, dtype=BF16)),
-    "scale stride": expect(ValueError, "inv_scale.stride(0)", "1", "2",
-                           inv_scale=torch.zeros(96, 2, dtype=BF16)[:, :1]),
-    "index cols < window": expect(ValueError,
-                                  "indices.shape[1] must be >= window_size = 17, got 16",
-                                  window_size=17),
     "window > MAX_WINDOW": expect(ValueError, f"window_size must be in [1, {MAX_WINDOW}]",
                                   f"got {MAX_WINDOW + 1}", window_size=MAX_WINDOW + 1,
                                   indices=torch.zeros(3, MAX_WINDOW + 1, dtype=I64)),
-    # ---- the cache's own dims, dtype and strides; q's ----
-    "kv rank": expect(ValueError, "kv_cache", "3-D", "4-D",
-                      kv_cache=torch.zeros(6, 16, 1, 64, dtype=U8)),
-    "kv e5m2": expect(TypeError, "kv_cache", "float8_e4m3fn", "float8_e5m2",
-                      kv_cache=torch.zeros(6, 16, 64, dtype=torch.float8_e5m2)),
-    "kv rows overlap": expect(ValueError, "kv_cache", "64", "32",
-                              kv_cache=strided(U8, (6, 16, 64), (16 * 32, 32, 1))),
-    "kv blocks broadcast": expect(ValueError, "kv_cache", "got 0",
-                                  kv_cache=torch.zeros(1, 16, 64, dtype=U8).expand(6, 16, 64)),
-    "kv inner stride": expect(ValueError, "kv_cache.stride(2)", "1", "2",
-                              kv_cache=torch.zeros(6, 16, 128, dtype=U8)[:, :, ::2]),
-    "kv no blocks": expect(ValueError, "num_blocks", "got 0",
-                           kv_cache=torch.zeros(0, 16, 64, dtype=U8)),
+    "block_size None": expect(TypeError, "block_size", "int", "NoneType", block_size=None),
+    # ---- q's own dims and strides ----
     "head dim 0": expect(ValueError, "head_dim", "got 0", q=torch.zeros(3, 4, 0, dtype=BF16),
                          kv_cache=torch.zeros(6, 16, 0, dtype=U8)),
     "q 0-D": expect(ValueError, "q", "3-D", "0-D", q=torch.zeros((), dtype=BF16)),
     "q heads overlap": expect(ValueError, "q", "64", "16",
                               q=strided(BF16, (3, 4, 64), (64, 16, 1))),
-    # ---- indices, lens, attn_sink ----
-    "indices rank": expect(ValueError, "indices", "2-D", "1-D",
-                           indices=torch.zeros(16, dtype=I64)),
-    "indices inner stride": expect(ValueError, "indices.stride(1)", "1", "2",
-                                   indices=torch.zeros(3, 32, dtype=I64)[:, ::2]),
-    "indices rows broadcast": expect(ValueError, "indices", "got 0",
-                                     indices=torch.zeros(1, 16, dtype=I64).expand(3, 16)),
-    "lens rank": expect(ValueError, "lens", "1-D", "2-D", lens=torch.zeros(3, 1, dtype=I64)),
-    "lens stride": expect(ValueError, "lens.stride(0)", "1", "2",
-                          lens=torch.zeros(6, dtype=I64)[::2]),
+    # ---- attn_sink ----
     "sink rank": expect(ValueError, "attn_sink", "1-D", "2-D", attn_sink=torch.zeros(1, 4)),
     "sink stride": expect(ValueError, "attn_sink.stride(0)", "1", "2",
                           attn_sink=torch.zeros(8)[::2]),
@@ -156,19 +98,203 @@ CASES = {
                                lse=torch.zeros(3, 8)[:, ::2]),
     "lse rows broadcast": expect(ValueError, "lse", "got 0", out=OUT,
                                  lse=torch.zeros(1, 4).expand(3, 4)),
-    # ---- integer arguments: never truncated ----
-    "block_size float": expect(TypeError, "block_size", "int", "float", block_size=16.5),
-    "block_size str": expect(TypeError, "block_size", "int", "str", block_size="16"),
-    "block_size None": expect(TypeError, "block_size", "int", "NoneType", block_size=None),
-    "block_size > int64": expect(ValueError, "block_size", "int64", str(2 ** 70),
-                                 block_size=2 ** 70),
-    "window float": expect(TypeError, "window_size", "int", "float", window_size=16.9),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_argument(b, case):
     CASES[case](b)
+
+
+# ---- one KV source's arguments: the window and the extra source obey the same rules ----------
+# A source's argument names, by role: the cases below are written once over {kv_cache},
+# {block_size}, ... and run for both sources, as the binding checks both with one function.
+WINDOW = dict(kv_cache="kv_cache", inv_scale="inv_scale", indices="indices", lens="lens",
+              block_size="block_size", window="window_size")
+EXTRA = dict(kv_cache="extra_kv_cache", inv_scale="extra_inv_scale", indices="extra_indices",
+             lens="extra_lens", block_size="extra_block_size", window="extra_window")
+SOURCES = {"window": WINDOW, "extra": EXTRA}
+
+
+@pytest.fixture
+def bx():
+    """The fixture's batch plus an extra source of the same shape (6 blocks of 16 slots, 16
+    columns), so that every number in a source case's message is the same for both sources."""
+    return make_batch(T=3, H=4, D=64, W=16, poison=False, extra=dict(W=16))
+
+
+def call_source(b, names, **overrides):
+    """call() with the role-named overrides given to the source `names` spells."""
+    return call(b, **{**b.extra_kwargs(), **{names[role]: v for role, v in overrides.items()}})
+
+
+SOURCE_CASES = {
+    "kv dtype": (TypeError, ["{kv_cache}", "uint8", "int8"],
+                 dict(kv_cache=torch.zeros(6, 16, 64, dtype=torch.int8))),
+    "kv e5m2": (TypeError, ["{kv_cache}", "float8_e4m3fn", "float8_e5m2"],
+                dict(kv_cache=torch.zeros(6, 16, 64, dtype=torch.float8_e5m2))),
+    "scale dtype": (TypeError, ["{inv_scale}", "float32", "float64"],
+                    dict(inv_scale=torch.zeros(96, dtype=torch.float64))),
+    "index dtype": (TypeError, ["{indices}", "int32 or int64", "int16"],
+                    dict(indices=torch.zeros(3, 16, dtype=torch.int16))),
+    "lens dtype": (TypeError, ["{lens}", "int32 or int64", "float32"],
+                   dict(lens=torch.zeros(3, dtype=torch.float32))),
+    "head dim": (ValueError, ["{kv_cache}.shape[2] must equal q.shape[2] (head_dim) = 64, got 32"],
+                 dict(kv_cache=torch.zeros(6, 16, 32, dtype=U8))),
+    # An empty extra cache has a null pointer, "no extra source" to the library: the binding
+    # refuses it; the window's is validate_args' to refuse.
+    "kv no blocks": (ValueError, ["num_blocks", "must be", "got 0"],
+                     dict(kv_cache=torch.zeros(0, 16, 64, dtype=U8))),
+    "kv rank": (ValueError, ["{kv_cache} must be 3-D", "4-D"],
+                dict(kv_cache=torch.zeros(6, 16, 1, 64, dtype=U8))),
+    "kv inner stride": (ValueError, ["{kv_cache}.stride(2) must be 1", "got 2"],
+                        dict(kv_cache=torch.zeros(6, 16, 128, dtype=U8)[:, :, ::2])),
+    "kv rows < block_size": (ValueError,
+                             ["{kv_cache}.shape[1] must equal {block_size} = 16, got 8"],
+                             dict(kv_cache=torch.zeros(6, 16, 64, dtype=U8)[:, :8])),
+    "kv rows > block_size": (ValueError,
+                             ["{kv_cache}.shape[1] must equal {block_size} = 8, got 16"],
+                             dict(block_size=8)),
+    "block_size 0": (ValueError, ["{block_size} = 0"], dict(block_size=0)),
+    "block_size -1": (ValueError, ["{block_size} = -1"], dict(block_size=-1)),
+    "scale count": (ValueError, ["{inv_scale}.shape[0] must be >= {kv_cache}.shape[0] * "
+                                 "{block_size} (num_slots) = 96, got 95"],
+                    dict(inv_scale=torch.zeros(95, 1, dtype=BF16))),
+    "scale (1, S)": (ValueError, ["{inv_scale}.shape[1] must equal 1", "got 96"],
+                     dict(inv_scale=torch.zeros(1, 96, dtype=BF16))),
+    "scale 2 columns": (ValueError, ["{inv_scale}.shape[1] must equal 1", "got 2"],
+                        dict(inv_scale=torch.zeros(48, 2, dtype=torch.bfloat16))),
+    "scale 3-D": (ValueError, ["{inv_scale} must be 1-D", "3-D"],
+                  dict(inv_scale=torch.zeros(96, 1, 1, dtype=BF16))),
+    "scale stride": (ValueError, ["{inv_scale}.stride(0) must be 1", "got 2"],
+                     dict(inv_scale=torch.zeros(96, 2, dtype=BF16)[:, :1])),
+    "indices T": (ValueError, ["{indices}.shape[0] must equal q.shape[0] (num_tokens) = 3, got 2"],
+                  dict(indices=torch.zeros(2, 16, dtype=I64))),
+    "index cols < window": (ValueError, ["{indices}.shape[1] must be >= {window} = 17, got 16"],
+                            dict(window=17)),
+    "indices rank": (ValueError, ["{indices} must be 2-D", "1-D"],
+                     dict(indices=torch.zeros(16, dtype=I64))),
+    "indices inner stride": (ValueError, ["{indices}.stride(1) must be 1", "got 2"],
+                             dict(indices=torch.zeros(3, 32, dtype=I64)[:, ::2])),
+    "lens T": (ValueError, ["{lens}.shape[0] must equal q.shape[0] (num_tokens) = 3, got 5"],
+               dict(lens=torch.zeros(5, dtype=I64))),
+    "lens rank": (ValueError, ["{lens} must be 1-D", "2-D"],
+                  dict(lens=torch.zeros(3, 1, dtype=I64))),
+    "lens stride": (ValueError, ["{lens}.stride(0) must be 1", "got 2"],
+                    dict(lens=torch.zeros(6, dtype=I64)[::2])),
+    "not a tensor": (TypeError, ["{lens} must be a torch.Tensor like q", "list"],
+                     dict(lens=[1, 2, 3])),
+    "device": (ValueError, ["{kv_cache} must be on q's device cpu, got meta"],
+               dict(kv_cache=torch.zeros(6, 16, 64, dtype=U8, device="meta"))),
+    "block_size float": (TypeError, ["{block_size} must be an int, got float"],
+                         dict(block_size=16.5)),
+    "block_size str": (TypeError, ["{block_size} must be an int, got str"], dict(block_size="16")),
+    "block_size > int64": (ValueError, ["{block_size} must fit in int64", str(2 ** 70)],
+                           dict(block_size=2 ** 70)),
+    "window float": (TypeError, ["{window} must be an int, got float"], dict(window=16.9)),
+}
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("case", list(SOURCE_CASES))
+def test_bad_source_argument(b, bx, source, case):
+    exc, parts, overrides = SOURCE_CASES[case]
+    names = SOURCES[source]
+    with pytest.raises(exc) as info:
+        call_source(bx if source == "extra" else b, names, **overrides)
+    for part in parts:
+        assert part.format(**names) in str(info.value), \
+            f"{part.format(**names)!r} not in {str(info.value)!r}"
+
+
+# The C++ layer's checks of a source (the overlap of its strides, its ranges), reported under the
+# DecodeArgs field: `num_blocks` for the window, `extra.num_blocks` for the extra source. The extra
+# rows need the C++ validation of DecodeArgs::extra.
+NATIVE_SOURCE_CASES = {
+    "kv rows overlap": (["stride_kv_token must be >= 64", "got 32"],
+                        dict(kv_cache=strided(U8, (6, 16, 64), (16 * 32, 32, 1)))),
+    "kv blocks broadcast": (["stride_kv_block must be >= 64", "got 0"],
+                            dict(kv_cache=torch.zeros(1, 16, 64, dtype=U8).expand(6, 16, 64))),
+    "indices rows broadcast": (["stride_indices_token must be >= 16", "got 0"],
+                               dict(indices=torch.zeros(1, 16, dtype=I64).expand(3, 16))),
+}
+NATIVE_WINDOW_RANGE = {"window": ("window_size", MAX_WINDOW),
+                       "extra": ("extra.max_entries", MAX_EXTRA_ENTRIES)}
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("case", list(NATIVE_SOURCE_CASES))
+def test_bad_source_argument_native(b, bx, source, case):
+    parts, overrides = NATIVE_SOURCE_CASES[case]
+    with pytest.raises(ValueError) as info:
+        call_source(bx if source == "extra" else b, SOURCES[source], **overrides)
+    message = str(info.value)
+    for part in parts:
+        assert part in message, f"{part!r} not in {message!r}"
+    assert ("extra." in message) == (source == "extra"), message
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("window", [0, "max + 1"])
+def test_window_out_of_range(b, bx, source, window):
+    """window_size in [1, MAX_WINDOW], extra_window in [1, MAX_EXTRA_ENTRIES]: C++'s ranges."""
+    field, limit = NATIVE_WINDOW_RANGE[source]
+    window = limit + 1 if window == "max + 1" else window
+    names = SOURCES[source]
+    indices = torch.zeros(3, max(window, 1), dtype=I64)
+    with pytest.raises(ValueError) as info:
+        call_source(bx if source == "extra" else b, names, indices=indices, window=window)
+    message = str(info.value)
+    assert f"{field} must be in [1, {limit}]" in message and f"got {window}" in message, message
+
+
+# ---- the extra source: all or nothing ---------------------------------------------------------
+REQUIRED_EXTRA = ["extra_kv_cache", "extra_inv_scale", "extra_indices", "extra_lens",
+                  "extra_block_size"]
+PARTIAL_EXTRA = {
+    "cache only": ["extra_kv_cache"],
+    "no lens": ["extra_kv_cache", "extra_inv_scale", "extra_indices", "extra_block_size",
+                "extra_window"],
+    "no block_size": ["extra_kv_cache", "extra_inv_scale", "extra_indices", "extra_lens"],
+    "window only": ["extra_window"],
+    "block_size only": ["extra_block_size"],
+    "no cache": ["extra_inv_scale", "extra_indices", "extra_lens", "extra_block_size"],
+}
+
+
+def missing_message(given):
+    missing = [name for name in REQUIRED_EXTRA if name not in given]
+    return f"missing {', '.join(missing)} (given: {', '.join(given)})"
+
+
+@pytest.mark.parametrize("case", list(PARTIAL_EXTRA))
+@pytest.mark.parametrize("path", ["decode", "decode_out", "op", "numpy"])
+def test_partial_extra_source_names_what_is_missing(bx, case, path):
+    given = PARTIAL_EXTRA[case]
+    extra = {k: v for k, v in bx.extra_kwargs().items() if k in given}
+    with pytest.raises(ValueError) as info:
+        if path == "decode":
+            call(bx, **extra)
+        elif path == "decode_out":
+            call(bx, out=torch.empty_like(bx.q), **extra)
+        elif path == "op":
+            torch.ops.swa_decode.decode(bx.q, bx.kv_cache, bx.inv_scale, bx.indices, bx.lens,
+                                        None, 16, 0.125, 16, False, **extra)
+        else:
+            numpy_args = {k: v for k, v in as_numpy(bx).items() if not k.startswith("extra_")}
+            swa_decode.decode(**numpy_args, block_size=16,
+                              **{k: v for k, v in as_numpy(bx).items() if k in given})
+    message = str(info.value)
+    assert message.startswith("an extra source needs extra_kv_cache, extra_inv_scale, "
+                              "extra_indices, extra_lens and extra_block_size"), message
+    assert message.endswith(missing_message(given)), message
+
+
+def test_extra_indices_are_2d_only(bx):
+    """(1, T, W) indices are the seed's convention for the window; the extra source has none."""
+    with pytest.raises(ValueError, match=r"^extra_indices must be 2-D \(num_tokens, index_cols\), "
+                                         r"got 3-D$"):
+        call(bx, **{**bx.extra_kwargs(), "extra_indices": bx.extra.indices.unsqueeze(0)})
 
 
 def test_message_is_the_native_status_message(b):
@@ -193,16 +319,21 @@ def test_view_with_fewer_rows_than_block_size():
                                                0.1, 16)
 
 
+@pytest.mark.parametrize("source", list(SOURCES))
 @pytest.mark.parametrize("op", ["decode", "decode_out"])
-def test_custom_ops_called_directly_check_block_size(b, op):
-    view = b.kv_cache[:, :8]
-    args = (b.q, view, b.inv_scale, b.indices, b.lens, None)
+def test_custom_ops_called_directly_check_block_size(b, bx, source, op):
+    names = SOURCES[source]
+    b = bx if source == "extra" else b
+    kwargs = {**b.extra_kwargs(), names["kv_cache"]: b.sources()[-1].kv_cache[:, :8]}
+    kv_cache = kwargs.pop("kv_cache", b.kv_cache)
+    args = (b.q, kv_cache, b.inv_scale, b.indices, b.lens, None)
     rest = (b.block_size, 0.125, b.window_size)
-    with pytest.raises(ValueError, match=r"kv_cache\.shape\[1\] must equal block_size = 16, got 8"):
+    message = f"{names['kv_cache']}.shape[1] must equal {names['block_size']} = 16, got 8"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         if op == "decode":
-            torch.ops.swa_decode.decode(*args, *rest, False)
+            torch.ops.swa_decode.decode(*args, *rest, False, **kwargs)
         else:
-            torch.ops.swa_decode.decode_out(*args, torch.empty_like(b.q), None, *rest)
+            torch.ops.swa_decode.decode_out(*args, torch.empty_like(b.q), None, *rest, **kwargs)
 
 
 def drop_in(b, **overrides):
@@ -258,33 +389,45 @@ def test_integer_like_arguments_are_accepted(b):
     assert torch.equal(call(b, block_size=torch.tensor(16)), expected)
 
 
-def test_dlpack_path_checks_the_same_contradictions(b):
+def numpy_call(b, **overrides):
+    args = dict(as_numpy(b), block_size=b.block_size)
+    args.update(overrides)
+    return swa_decode.decode(**args)
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_dlpack_path_checks_the_same_contradictions(b, bx, source):
+    np = pytest.importorskip("numpy")
+    names = SOURCES[source]
+    b = bx if source == "extra" else b
+    a = as_numpy(b)
+
+    def check(exc, message, **overrides):
+        message = message.format(**names)
+        with pytest.raises(exc) as info:
+            numpy_call(b, **{names[role]: v for role, v in overrides.items()})
+        assert message in str(info.value), f"{message!r} not in {str(info.value)!r}"
+
+    kv, scale = a[names["kv_cache"]], a[names["inv_scale"]]
+    check(ValueError, "{kv_cache}.shape[1] must equal {block_size} = 16, got 8", kv_cache=kv[:, :8])
+    check(ValueError, "{indices}.shape[1] must be >= {window} = 17, got 16", window=17)
+    check(ValueError, "{inv_scale}.shape[0] must be >= {kv_cache}.shape[0] * {block_size} "
+                      "(num_slots) = 96, got 95", inv_scale=scale[:95])
+    check(TypeError, "{inv_scale} must have dtype bfloat16 or float32, got uint16",
+          inv_scale=scale.view(np.uint16))
+    check(TypeError, "{block_size} must be an int, got float", block_size=16.0)
+    check(TypeError, "{lens} must be a torch.Tensor or an array with __dlpack__", lens=[1, 2, 3])
+
+
+def test_dlpack_path_checks_q_and_the_outputs(b):
     np = pytest.importorskip("numpy")
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    q = b.q.float().numpy().astype(ml_dtypes.bfloat16)
-    kv, scale, idx, lens = (t.numpy() for t in (b.kv_cache, b.inv_scale.float(), b.indices,
-                                                b.lens))
-
-    def numpy_call(**overrides):
-        args = dict(q=q, kv_cache=kv, inv_scale=scale, indices=idx, lens=lens, block_size=16)
-        args.update(overrides)
-        return swa_decode.decode(args.pop("q"), args.pop("kv_cache"), args.pop("inv_scale"),
-                                 args.pop("indices"), args.pop("lens"), **args)
-
-    with pytest.raises(ValueError, match=r"kv_cache\.shape\[1\] must equal block_size = 16, got 8"):
-        numpy_call(kv_cache=kv[:, :8])
-    with pytest.raises(ValueError, match=r"indices\.shape\[1\] must be >= window_size = 17, got"):
-        numpy_call(window_size=17)
-    with pytest.raises(ValueError, match=r"inv_scale\.shape\[0\] must be >= .* = 96, got 95"):
-        numpy_call(inv_scale=scale[:95])
-    with pytest.raises(TypeError, match=r"block_size must be an int, got float"):
-        numpy_call(block_size=16.0)
     with pytest.raises(ValueError, match="head_dim"):
-        numpy_call(q=np.zeros((3, 4, 0), dtype=ml_dtypes.bfloat16),
+        numpy_call(b, q=np.zeros((3, 4, 0), dtype=ml_dtypes.bfloat16),
                    kv_cache=np.zeros((6, 16, 0), np.uint8))
     with pytest.raises(ValueError, match=r"lse\.shape\[1\] must equal q\.shape\[1\] .* = 4, got 5"):
-        numpy_call(out=np.zeros((3, 4, 64), ml_dtypes.bfloat16), lse=np.zeros((3, 5), np.float32),
-                   return_lse=True)
+        numpy_call(b, out=np.zeros((3, 4, 64), ml_dtypes.bfloat16),
+                   lse=np.zeros((3, 5), np.float32), return_lse=True)
 
 
 def test_largest_window_runs():
