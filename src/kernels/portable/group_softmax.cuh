@@ -161,8 +161,9 @@ __device__ __forceinline__ float list_max_magnitude(const float* inv_scale, int 
 // ways (the extra-source kernel keeps only the inverse, and gets value_norm back from it), the
 // rescale by old / new value_norm exact, and the ratios stay in (1/2, 1] for the largest scale, so
 // f16 keeps the same precision. The bounds keep both normal floats: a maximum below 2^-128 made the
-// inverse inf and a masked key's 0 * inf a NaN in P. An infinite or NaN maximum (a valid entry's
-// scale: the result is unspecified) gets 2^126.
+// inverse inf and a masked key's 0 * inf a NaN in P; above 2^126 a ratio reaches 4 at most (fp32's
+// largest scale), and the operand 1024, still far inside f16. An infinite or NaN maximum (a valid
+// entry's scale: the result is unspecified) gets 2^126.
 __device__ __forceinline__ float value_norm_of(float max_magnitude) {
   const uint32_t ceil_exponent = (__float_as_uint(max_magnitude) + 0x007FFFFFu) >> 23;  // biased; 0x7F800000 + ... stays 255
   return __uint_as_float(min(max(ceil_exponent, 1u), 253u) << 23);
