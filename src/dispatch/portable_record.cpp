@@ -1,7 +1,6 @@
 // The portable tensor-core kernel (mma.sync m16n8k16, sm_80 and newer; src/kernels/portable/):
-// runs every window-only shape the shared GPU checks accept on any device with room for its
-// smallest staging ring, so it is the last record and always preferred. It reads no extra source
-// yet (issue 11): the first line of why_not refuses one.
+// runs every shape the shared GPU checks accept, with or without an extra source, on any device
+// with room for its smallest staging ring, so it is the last record and always preferred.
 #include <string>
 
 #include "src/dispatch/kernel_record.h"
@@ -12,10 +11,10 @@ namespace swa_decode {
 namespace {
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
-  if (shape.has_extra) return "the portable kernel does not read an extra KV source yet";  // issue 11
   const int window = static_cast<int>(shape.window_size);
-  if (portable::choose_stages(1, window, device.smem_optin_bytes) != 0) return {};
-  const int smallest_ring_bytes = portable::ring_plan(1, portable::kMinStages, window).total_bytes;
+  const int list = portable::compacted_list_entries(window, shape.has_extra);
+  if (portable::choose_stages(1, list, device.smem_optin_bytes) != 0) return {};
+  const int smallest_ring_bytes = portable::ring_plan(1, portable::kMinStages, list).total_bytes;
   return "the portable kernel needs " + std::to_string(smallest_ring_bytes) + " bytes of shared memory per block at "
          "window_size " + std::to_string(window) + ", device allows " + std::to_string(device.smem_optin_bytes);
 }
@@ -31,13 +30,14 @@ LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {
   constexpr int64_t kGroupHeads = portable::kHeadsPerGroup;
   const int64_t two_group_ctas = shape.num_tokens * ((shape.num_heads + 2 * kGroupHeads - 1) / (2 * kGroupHeads));
   const int window = static_cast<int>(shape.window_size);
+  const int list = portable::compacted_list_entries(window, shape.has_extra);
   int head_groups = shape.num_heads > kGroupHeads && 2 * two_group_ctas >= device.num_sms ? 2 : 1;
-  // Two groups need 16 KiB more for q: on a 99 KiB device a 1024-entry window leaves no room.
-  if (head_groups == 2 && portable::choose_stages(2, window, device.smem_optin_bytes) == 0) head_groups = 1;
+  // Two groups need 16 KiB more for q: on a 99 KiB device a 1024-entry list leaves no room.
+  if (head_groups == 2 && portable::choose_stages(2, list, device.smem_optin_bytes) == 0) head_groups = 1;
   const int64_t heads_per_cta = kGroupHeads * head_groups;
   const PortableLaunch config{
       .head_groups_per_cta = head_groups,
-      .num_stages = portable::choose_stages(head_groups, window, device.smem_optin_bytes),
+      .num_stages = portable::choose_stages(head_groups, list, device.smem_optin_bytes),
       .window_splits = portable::choose_window_splits(
           shape.num_tokens * ((shape.num_heads + heads_per_cta - 1) / heads_per_cta), window, device.num_sms,
           device.cc_major),

@@ -9,7 +9,9 @@
 // and gather latency hide under the other's matmuls (docs/perf-notes.md, portable v5). The tensor
 // cores run f16 (q_f16.cuh says why and how q is scaled exactly). Keys stream in tiles of 32 with an
 // online softmax through a ring of 2-4 staging buffers. On sm_90 the smallest batches (at most 8
-// CTAs) split each window over a cluster of 4 CTAs instead (window_split_combine.cuh).
+// CTAs) split each window over a cluster of 4 CTAs instead (window_split_combine.cuh). With an
+// extra source (DeepSeek-V4's compressed entries) its entries follow the window's through the same
+// tiles and softmax, compacted 1024 columns at a time (portable_plan.h, kExtraChunkColumns).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,20 @@ namespace swa_decode::portable {
 
 inline constexpr int kDimsPerWarp = kHeadDim / kWarpsPerGroup;  // 128
 
-// Fixed part of the shared-memory plan; the staging ring and the compacted window follow it
-// (ring_plan in portable_plan.h), sized at launch by the number of stages and window_size.
+// With an extra source: what the CTA needs between the window's tiles, the chunks and the
+// epilogue, kept in shared memory instead of in registers across the tile loop, where the
+// two-group kernel has none to spare on sm_90 (128). Written by thread 0 only, before a barrier
+// that precedes every read of the new value.
+struct ExtraWalk {
+  int token;
+  int head_block;
+  int next_column;       // this CTA's next extra column to compact
+  int end_column;        // one past its last
+  float inv_value_norm;  // 1 / value_norm over the entries so far (group_softmax.cuh)
+};
+
+// Fixed part of the shared-memory plan; the staging ring and the compacted list follow it
+// (ring_plan in portable_plan.h), sized at launch by the number of stages and the list's entries.
 template <int kHeadGroups>
 struct SmemPlan {
   static constexpr int kWarps = kHeadGroups * kWarpsPerGroup;
@@ -42,10 +56,41 @@ struct SmemPlan {
   alignas(16) GroupExchange exchange[kHeadGroups];
   float sinks[kHeadGroups * kHeadsPerGroup];  // read at the start, used at the end
   int warp_counts[kWarps];
+  ExtraWalk extra;  // with an extra source only
 };
 
-static_assert(sizeof(SmemPlan<1>) <= fixed_smem_bytes(1) && sizeof(SmemPlan<2>) <= fixed_smem_bytes(2),
+static_assert(sizeof(SmemPlan<1>) <= fixed_smem_bytes(1) && sizeof(SmemPlan<2>) <= fixed_smem_bytes(2) &&
+                  sizeof(ExtraWalk) == kExtraWalkBytes,
               "portable_plan.h must cover the fixed shared-memory plan");
+
+// Where a thread's output accumulator (16 x 4 fp32) waits while an extra chunk is compacted:
+// 16-byte piece i of thread t at [i * kThreads + t] (a warp's stores hit consecutive banks), the
+// first pieces in the f16 tile (32 KiB) and the rest in the staging ring's first stages.
+template <int kThreads>
+__device__ __forceinline__ float4* parked_piece(int i, uint16_t* tile, uint8_t* staging) {
+  constexpr int kTilePieces = kKeysPerTile * kHeadDim * 2 / 16 / kThreads;  // 8 at two groups, 16 at one
+  static_assert((kDimsPerWarp / 8 - kTilePieces) * kThreads * 16 <= kMinStages * kStageBytes, "parked accumulators fit");
+  return i < kTilePieces ? reinterpret_cast<float4*>(tile) + i * kThreads + threadIdx.x
+                         : reinterpret_cast<float4*>(staging) + (i - kTilePieces) * kThreads + threadIdx.x;
+}
+template <int kThreads>
+__device__ __forceinline__ void park_accumulators(const float (&o_acc)[kDimsPerWarp / 8][4], uint16_t* tile, uint8_t* staging) {
+#pragma unroll
+  for (int i = 0; i < kDimsPerWarp / 8; ++i) {
+    *parked_piece<kThreads>(i, tile, staging) = make_float4(o_acc[i][0], o_acc[i][1], o_acc[i][2], o_acc[i][3]);
+  }
+}
+template <int kThreads>
+__device__ __forceinline__ void unpark_accumulators(float (&o_acc)[kDimsPerWarp / 8][4], uint16_t* tile, uint8_t* staging) {
+#pragma unroll
+  for (int i = 0; i < kDimsPerWarp / 8; ++i) {
+    const float4 piece = *parked_piece<kThreads>(i, tile, staging);
+    o_acc[i][0] = piece.x;
+    o_acc[i][1] = piece.y;
+    o_acc[i][2] = piece.z;
+    o_acc[i][3] = piece.w;
+  }
+}
 
 // Two CTAs per SM on sm_90 (portable_plan.h sizes shared memory for that): at two head groups
 // (256 threads) that caps a thread at 128 registers, which the kernel fits without spilling there.
@@ -56,16 +101,21 @@ inline constexpr int kPortableMinCtasPerSm = 2;
 #else
 inline constexpr int kPortableMinCtasPerSm = 1;
 #endif
-// kSplitWindow: the CTAs of a cluster split the window's tiles (window_split_combine.cuh); the grid's
-// x is then token * cluster size + rank.
-template <int kHeadGroups, bool kSplitWindow>
+// kSplitWindow: the CTAs of a cluster split the window's tiles and the extra source's columns
+// (window_split_combine.cuh); the grid's x is then token * cluster size + rank.
+// kHasExtra: p.extra is present (its kv_cache is not null). Its entries join the window's in the
+// same online softmax, compacted and run kExtraChunkColumns columns at a time after the window's
+// tiles (portable_plan.h). A template argument, not a runtime branch, so that a window-only launch
+// runs exactly the window-only code: the chunk loop's state would otherwise be live across the
+// tile loop of a kernel already at its 128-register cap (two groups on sm_90).
+template <int kHeadGroups, bool kSplitWindow, bool kHasExtra>
 __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMinCtasPerSm)
     decode_portable_kernel(const __grid_constant__ DecodeParams p, int num_stages) {
   constexpr int kThreads = kHeadGroups * kWarpsPerGroup * 32;
   using Smem = SmemPlan<kHeadGroups>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& smem = *reinterpret_cast<Smem*>(smem_raw);
-  const RingPlan ring = ring_plan(kHeadGroups, num_stages, p.window.max_entries);
+  const RingPlan ring = ring_plan(kHeadGroups, num_stages, compacted_list_entries(p.window.max_entries, kHasExtra));
   uint8_t* const staging = smem_raw + ring.staging_offset;
   int64_t* s_row_offset = reinterpret_cast<int64_t*>(smem_raw + ring.row_offset_offset);
   float* s_inv_scale = reinterpret_cast<float*>(smem_raw + ring.inv_scale_offset);
@@ -104,7 +154,13 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     const int head = head_base + lane;
     smem.sinks[group * kHeadsPerGroup + lane] = p.attn_sink != nullptr && head < p.num_heads ? p.attn_sink[head] : -INFINITY;
   }
-  const int num_valid = compact_window<kThreads>(
+  if (kHasExtra && threadIdx.x == 0) {  // published by the barrier before the chunks
+    smem.extra.token = token;
+    smem.extra.head_block = head_block;
+  }
+  // The extra source's length is loaded now, so that its latency hides under the window's compaction.
+  const int extra_columns = kHasExtra ? columns_in_window(load_token_length(p.extra, token), p.extra.max_entries) : 0;
+  const int window_entries = compact_window<kThreads>(
       p.window, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
 
   // Each head's power-of-two scale into f16 (q_f16.cuh): its largest |q| over the 4 quarters.
@@ -139,26 +195,23 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       smem.q_frags[warp][2 * c + 1][lane] = make_uint4(pair.kstep1[0], pair.kstep1[1], pair.kstep1[2], pair.kstep1[3]);
     }
   }
-  // The window's largest |inv_scale| (group_softmax.cuh), reduced by every warp on its own.
-  float value_norm = 0.0f;
-  for (int i = lane; i < num_valid; i += 32) value_norm = fmaxf(value_norm, fabsf(s_inv_scale[i]));
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value_norm = fmaxf(value_norm, __shfl_xor_sync(0xFFFFFFFFu, value_norm, offset));
-  if (!(value_norm > 0.0f) || isinf(value_norm)) value_norm = 1.0f;
-  const float inv_value_norm = 1.0f / value_norm;
+  // value_norm from the window's largest |inv_scale| (group_softmax.cuh), reduced by every warp on
+  // its own.
+  float value_norm = value_norm_of(list_max_magnitude(s_inv_scale, window_entries, lane));
+  float inv_value_norm = 1.0f / value_norm;
 
-  const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
-  const int copy_width = kv_copy_width(p);
-  // This CTA's tiles: all of them, or its rank's share of a split window.
+  const int window_tiles = (window_entries + kKeysPerTile - 1) / kKeysPerTile;
+  // This CTA's window tiles: all of them, or its rank's share of a split window.
   int tile_begin = 0;
-  int tile_end = num_tiles;
+  int tile_end = window_tiles;
   if constexpr (kSplitWindow) {
-    const int per_rank = (num_tiles + ptx::cluster_size() - 1) / ptx::cluster_size();
-    tile_begin = min(ptx::cluster_rank() * per_rank, num_tiles);
-    tile_end = min(tile_begin + per_rank, num_tiles);
+    const int per_rank = (window_tiles + ptx::cluster_size() - 1) / ptx::cluster_size();
+    tile_begin = min(ptx::cluster_rank() * per_rank, window_tiles);
+    tile_end = min(tile_begin + per_rank, window_tiles);
   }
-  // Copies past this CTA's last tile commit empty groups (issue_tile_copy skips tiles past the window).
-  const auto copy_tile = [&](int tile) { return kSplitWindow && tile >= tile_end ? num_tiles : tile; };
+  // With an extra source both sources' rows are copied at the width both allow, so that one copy
+  // of the tile loop serves the window and every chunk (below).
+  const int copy_width = kHasExtra ? min(kv_copy_width(p.window), kv_copy_width(p.extra)) : kv_copy_width(p.window);
 
   float o_acc[kDimsPerWarp / 8][4];
 #pragma unroll
@@ -171,98 +224,180 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       swizzled_rows(kv_base, 8 * (matrix >> 1) + (lane & 7), quarter * (kDimsPerWarp / 8) + (matrix & 1));
   const SwizzledRows pv_rows =
       swizzled_rows(kv_base, 8 * (matrix & 1) + (lane & 7), quarter * (kDimsPerWarp / 8) + (matrix >> 1));
-  for (int stage = 0; stage < num_stages - 1; ++stage) {
-    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, copy_tile(tile_begin + stage), staging + stage * kStageBytes,
-                              copy_width);
-  }
-  // Byte offsets in the ring of this tile's stage and of the one refilled this iteration (the
-  // previous tile's), stepped without a runtime modulo.
-  int read_offset = 0;
-  int refill_offset = (num_stages - 1) * kStageBytes;
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    cp_async_wait_pending(num_stages - 2);
-    // This tile's rows landed for all threads; every warp is done with the previous tile: its PV
-    // (smem.kv) and its partial scores (in the stage refilled next).
-    __syncthreads();
-    issue_tile_copy<kThreads>(p, s_row_offset, num_valid, copy_tile(tile + num_stages - 1), staging + refill_offset,
-                              copy_width);
-    dequantize_tile<Smem::kWarps>(staging + read_offset, reinterpret_cast<uint8_t*>(&smem.kv[0][0]), warp, lane);
-    __syncthreads();
 
-    // Partial scores over this warp's 128 dims: S[16 heads][32 keys].
-    float s_acc[kKeysPerTile / 8][4];
-#pragma unroll
-    for (int n = 0; n < kKeysPerTile / 8; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kDimsPerWarp / 16; ++ks) {
-      const uint4 a = smem.q_frags[warp][ks][lane];
-      const uint32_t q_frag[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-      for (int n = 0; n < kKeysPerTile / 8; n += 2) {
-        // == kv_base + kv_offset(8 (n + matrix / 2) + lane % 8, quarter * 16 + 2 ks + matrix % 2)
-        const uint32_t addr = qk_rows.addr[ks & 3] + (ks >> 2) * 8 * kChunkBytes + n * 8 * (kHeadDim * 2);
-        uint32_t b0, b1, b2, b3;
-        ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
-        ptx::mma_f16_16816(s_acc[n], q_frag, b0, b1);
-        ptx::mma_f16_16816(s_acc[n + 1], q_frag, b2, b3);
-      }
+  // Runs tiles [tile_begin, tile_end) of the compacted list (num_valid entries, row offsets from
+  // p.window.kv_cache, copied copy_width bytes at a time) through the staging ring and the online
+  // softmax. The ring starts empty and ends with only empty copy groups in flight, so the window
+  // and each chunk of the extra source run one after the other through the same code.
+  const auto run_tiles = [&](int copy_width, int num_valid, int tile_begin, int tile_end) {
+    const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
+    // Copies past this CTA's last tile commit empty groups (issue_tile_copy skips tiles past the list).
+    const auto copy_tile = [&](int tile) { return kSplitWindow && tile >= tile_end ? num_tiles : tile; };
+    for (int stage = 0; stage < num_stages - 1; ++stage) {
+      issue_tile_copy<kThreads>(p.window.kv_cache, s_row_offset, num_valid, copy_tile(tile_begin + stage),
+                                staging + stage * kStageBytes, copy_width);
     }
-    // The group's 4 partials meet in the stage this tile came from (dequantized, so free); this
-    // warp finishes the scores and softmax of key block `quarter` (group_softmax.cuh).
-    float* partials = reinterpret_cast<float*>(staging + read_offset) + group * (16 * 32 * kWarpsPerGroup);
-    publish_partial_scores(partials, s_acc, quarter, lane);
-    group_barrier(group);
-    float scores[4];
-    sum_partial_scores(partials, quarter, lane, scores);
-    uint32_t p_frag[kKeysPerTile / 16][4];
-    group_softmax_tile(scores, tile * kKeysPerTile + 8 * quarter + 2 * frag_quad, num_valid, s_inv_scale, row_logit,
-                       inv_value_norm, smem.exchange[group], group, quarter, lane, rows, o_acc, p_frag);
+    // Byte offsets in the ring of this tile's stage and of the one refilled this iteration (the
+    // previous tile's), stepped without a runtime modulo.
+    int read_offset = 0;
+    int refill_offset = (num_stages - 1) * kStageBytes;
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+      cp_async_wait_pending(num_stages - 2);
+      // This tile's rows landed for all threads; every warp is done with the previous tile: its PV
+      // (smem.kv) and its partial scores (in the stage refilled next).
+      __syncthreads();
+      issue_tile_copy<kThreads>(p.window.kv_cache, s_row_offset, num_valid, copy_tile(tile + num_stages - 1),
+                                staging + refill_offset, copy_width);
+      dequantize_tile<Smem::kWarps>(staging + read_offset, reinterpret_cast<uint8_t*>(&smem.kv[0][0]), warp, lane);
+      __syncthreads();
 
-    // O[16 heads][this warp's 128 dims] += P[16][32 keys] * V[32 keys][128 dims].
+      // Partial scores over this warp's 128 dims: S[16 heads][32 keys].
+      float s_acc[kKeysPerTile / 8][4];
 #pragma unroll
-    for (int ks = 0; ks < kKeysPerTile / 16; ++ks) {
+      for (int n = 0; n < kKeysPerTile / 8; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.0f;
 #pragma unroll
-      for (int n = 0; n < kDimsPerWarp / 8; n += 2) {
-        // == kv_base + kv_offset(16 ks + 8 (matrix % 2) + lane % 8, quarter * 16 + n + matrix / 2)
-        const uint32_t addr = pv_rows.addr[(n / 2) & 3] + (n / 8) * 8 * kChunkBytes + ks * 16 * (kHeadDim * 2);
-        uint32_t b0, b1, b2, b3;
-        ptx::ldmatrix_x4_trans(addr, b0, b1, b2, b3);
-        ptx::mma_f16_16816(o_acc[n], p_frag[ks], b0, b1);
-        ptx::mma_f16_16816(o_acc[n + 1], p_frag[ks], b2, b3);
+      for (int ks = 0; ks < kDimsPerWarp / 16; ++ks) {
+        const uint4 a = smem.q_frags[warp][ks][lane];
+        const uint32_t q_frag[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int n = 0; n < kKeysPerTile / 8; n += 2) {
+          // == kv_base + kv_offset(8 (n + matrix / 2) + lane % 8, quarter * 16 + 2 ks + matrix % 2)
+          const uint32_t addr = qk_rows.addr[ks & 3] + (ks >> 2) * 8 * kChunkBytes + n * 8 * (kHeadDim * 2);
+          uint32_t b0, b1, b2, b3;
+          ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
+          ptx::mma_f16_16816(s_acc[n], q_frag, b0, b1);
+          ptx::mma_f16_16816(s_acc[n + 1], q_frag, b2, b3);
+        }
       }
-    }
-    refill_offset = read_offset;
-    read_offset = read_offset + kStageBytes == num_stages * kStageBytes ? 0 : read_offset + kStageBytes;
-  }
+      // The group's 4 partials meet in the stage this tile came from (dequantized, so free); this
+      // warp finishes the scores and softmax of key block `quarter` (group_softmax.cuh).
+      float* partials = reinterpret_cast<float*>(staging + read_offset) + group * (16 * 32 * kWarpsPerGroup);
+      publish_partial_scores(partials, s_acc, quarter, lane);
+      group_barrier(group);
+      float scores[4];
+      sum_partial_scores(partials, quarter, lane, scores);
+      uint32_t p_frag[kKeysPerTile / 16][4];
+      group_softmax_tile(scores, tile * kKeysPerTile + 8 * quarter + 2 * frag_quad, num_valid, s_inv_scale, row_logit,
+                         kHasExtra ? smem.extra.inv_value_norm : inv_value_norm, smem.exchange[group], group, quarter, lane, rows, o_acc, p_frag);
 
-  // Without a tile in this CTA's range (an empty window, or a split rank left without tiles) no
-  // barrier separates the prologue's reads of exchange.row_max (the q scales) from the writes in
-  // combine_row_sums: racecheck found a fast warp overwriting what a slow one still read.
-  if (tile_begin >= tile_end) group_barrier(group);
+      // O[16 heads][this warp's 128 dims] += P[16][32 keys] * V[32 keys][128 dims].
+#pragma unroll
+      for (int ks = 0; ks < kKeysPerTile / 16; ++ks) {
+#pragma unroll
+        for (int n = 0; n < kDimsPerWarp / 8; n += 2) {
+          // == kv_base + kv_offset(16 ks + 8 (matrix % 2) + lane % 8, quarter * 16 + n + matrix / 2)
+          const uint32_t addr = pv_rows.addr[(n / 2) & 3] + (n / 8) * 8 * kChunkBytes + ks * 16 * (kHeadDim * 2);
+          uint32_t b0, b1, b2, b3;
+          ptx::ldmatrix_x4_trans(addr, b0, b1, b2, b3);
+          ptx::mma_f16_16816(o_acc[n], p_frag[ks], b0, b1);
+          ptx::mma_f16_16816(o_acc[n + 1], p_frag[ks], b2, b3);
+        }
+      }
+      refill_offset = read_offset;
+      read_offset = read_offset + kStageBytes == num_stages * kStageBytes ? 0 : read_offset + kStageBytes;
+    }
+  };
+
+  if constexpr (!kHasExtra) {
+    run_tiles(copy_width, window_entries, tile_begin, tile_end);
+    // Without a tile in this CTA's range (an empty window, or a split rank left without tiles) no
+    // barrier separates the prologue's reads of exchange.row_max (the q scales) from the writes in
+    // combine_row_sums: racecheck found a fast warp overwriting what a slow one still read.
+    if (tile_begin >= tile_end) group_barrier(group);
+  } else {
+    // This CTA's extra columns: all of the token's, or its rank's share of a split, in whole tiles
+    // of columns so that only the last rank's last tile can be partial when every id is valid.
+    int column_begin = 0;
+    int column_end = extra_columns;
+    if constexpr (kSplitWindow) {
+      const int share = kKeysPerTile * ptx::cluster_size();
+      const int per_rank = (extra_columns + share - 1) / share * kKeysPerTile;
+      column_begin = min(ptx::cluster_rank() * per_rank, extra_columns);
+      column_end = min(column_begin + per_rank, extra_columns);
+    }
+    // One copy of the tile loop serves the window and every chunk: the extra list's offsets are
+    // from p.window.kv_cache too (they carry the distance between the caches).
+    const int64_t extra_bias = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.extra.kv_cache) -
+                                                    reinterpret_cast<uintptr_t>(p.window.kv_cache));
+    ExtraWalk& walk = smem.extra;
+    if (threadIdx.x == 0) {
+      walk.next_column = column_begin;
+      walk.end_column = column_end;
+      walk.inv_value_norm = inv_value_norm;
+    }
+    // Publishes the walk; it also orders the prologue's reads of the q scales before
+    // combine_row_sums' writes, which the window-only kernel needs a group barrier for (above).
+    __syncthreads();
+    int num_listed = window_entries;
+    for (;;) {
+      run_tiles(copy_width, num_listed, tile_begin, tile_end);
+      // Read by every thread before the compaction's barriers, rewritten by thread 0 after them.
+      const int chunk_begin = walk.next_column;
+      const int chunk_end = min(chunk_begin + kExtraChunkColumns, walk.end_column);
+      const float value_norm_so_far = 1.0f / walk.inv_value_norm;  // exact: a power of two
+      if (chunk_begin >= chunk_end) break;
+      // The accumulators wait in the f16 tile and the staging ring, idle between chunks, while the
+      // chunk is compacted: in registers beside the compaction's they spilled at two groups on
+      // sm_90. The barrier also keeps the list until the last tile's reads of it.
+      __syncthreads();
+      park_accumulators<kThreads>(o_acc, &smem.kv[0][0], staging);
+      num_listed = compact_columns<kThreads, kExtraChunkColumns>(p.extra, walk.token, chunk_begin, chunk_end,
+                                                                 static_cast<int>(threadIdx.x), [] { __syncthreads(); },
+                                                                 s_row_offset, s_inv_scale, smem.warp_counts, extra_bias);
+      unpark_accumulators<kThreads>(o_acc, &smem.kv[0][0], staging);
+      // value_norm_of(max(a, b)) == value_norm_of(max(value_norm_of(a), b)): the running value_norm
+      // stands for every earlier entry. Powers of two, so the rescale is exact.
+      const float chunk_value_norm =
+          value_norm_of(fmaxf(value_norm_so_far, list_max_magnitude(s_inv_scale, num_listed, lane)));
+      if (chunk_value_norm != value_norm_so_far) {  // the same in every thread: all reduced the same list
+        const float rescale = value_norm_so_far / chunk_value_norm;
+#pragma unroll
+        for (int n = 0; n < kDimsPerWarp / 8; ++n) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) o_acc[n][r] *= rescale;
+        }
+      }
+      if (threadIdx.x == 0) {
+        walk.next_column = chunk_end;
+        walk.inv_value_norm = 1.0f / chunk_value_norm;
+      }
+      // Every thread has its accumulators back before the ring is refilled, and sees the walk.
+      __syncthreads();
+      tile_begin = 0;
+      tile_end = (num_listed + kKeysPerTile - 1) / kKeysPerTile;
+    }
+    value_norm = 1.0f / walk.inv_value_norm;
+  }
   combine_row_sums(smem.exchange[group], group, quarter, lane, rows);
   if constexpr (kSplitWindow) {
     // Every warp is done with the f16 tile, the q fragments and the exchanges: the partials go over
     // the first two (64 KiB at two groups), the row statistics over group 0's exchange.
     static_assert(kHeadGroups * kHeadsPerGroup * kHeadDim * 4 <= sizeof(smem.kv) + sizeof(smem.q_frags), "partials fit");
-    static_assert(kHeadGroups * kHeadsPerGroup * sizeof(float2) <= sizeof(smem.exchange[0].probs), "row stats fit");
+    // With an extra source the ranks' value_norms differ (each saw other chunks); each CTA's follows
+    // its heads' statistics (combine_split_partials).
+    static_assert((kHeadGroups * kHeadsPerGroup + 1) * sizeof(float2) <= sizeof(smem.exchange[0].probs), "row stats fit");
     uint8_t* partials = reinterpret_cast<uint8_t*>(&smem.kv[0][0]);
     float2* row_stats = reinterpret_cast<float2*>(&smem.exchange[0].probs[0][0]);
     __syncthreads();
     park_split_partials(partials, row_stats, o_acc, rows, group, quarter, lane);
+    if (kHasExtra && threadIdx.x == 0) row_stats[kHeadGroups * kHeadsPerGroup] = make_float2(value_norm, 0.0f);
     ptx::cluster_barrier();
-    combine_split_partials<kThreads, kHeadGroups * kHeadsPerGroup>(p, partials, row_stats, smem.sinks, token,
-                                                                   head_block * kHeadGroups * kHeadsPerGroup, value_norm);
+    combine_split_partials<kThreads, kHeadGroups * kHeadsPerGroup, kHasExtra>(
+        p, partials, row_stats, smem.sinks, kHasExtra ? smem.extra.token : token,
+        (kHasExtra ? smem.extra.head_block : head_block) * kHeadGroups * kHeadsPerGroup, value_norm);
     ptx::cluster_barrier_relaxed();  // no CTA leaves while another still reads its partials
   } else {
     // Normalize (sink, LSE) and store: four n8 blocks of a 32-dim group are 8 contiguous dims.
+    const int out_token = kHasExtra ? smem.extra.token : token;
+    const int out_head_base = kHasExtra ? (smem.extra.head_block * kHeadGroups + group) * kHeadsPerGroup : head_base;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int head = h == 0 ? head_lo : head_hi;
+      const int head = out_head_base + frag_row + 8 * h;
       if (head >= p.num_heads) continue;
-      const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], smem.sinks[group * kHeadsPerGroup + head - head_base]);
+      const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], smem.sinks[group * kHeadsPerGroup + head - out_head_base]);
       const float out_factor = fin.out_factor * value_norm;
-      if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[token * p.stride_lse_token + head] = fin.lse;
-      __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;
+      if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[out_token * p.stride_lse_token + head] = fin.lse;
+      __nv_bfloat16* out_row = p.out + out_token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;
 #pragma unroll
       for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
         uint4 v;
@@ -280,18 +415,15 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
 
 namespace swa_decode {
 
-template <int kHeadGroups>
-int portable_smem_bytes(int num_stages, int window_size) {
-  return portable::ring_plan(kHeadGroups, num_stages, window_size).total_bytes;
-}
-
 // window_splits == 1: one CTA per (token, head block), numbered token-major by the kernel.
 // window_splits > 1 (sm_90+): a cluster of that many CTAs per (token, head block).
-template <int kHeadGroups, bool kSplitWindow>
+template <int kHeadGroups, bool kSplitWindow, bool kHasExtra>
 cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
   constexpr int kThreads = kHeadGroups * portable::kWarpsPerGroup * 32;
-  const int smem_bytes = portable_smem_bytes<kHeadGroups>(num_stages, params.window.max_entries);
-  const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow>;
+  const int smem_bytes =
+      portable::ring_plan(kHeadGroups, num_stages, portable::compacted_list_entries(params.window.max_entries, kHasExtra))
+          .total_bytes;
+  const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow, kHasExtra>;
   // Raising the dynamic shared-memory limit is a per-function attribute, not a stream operation,
   // so it is legal while a CUDA graph is being captured; it costs well under a microsecond.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
@@ -316,10 +448,12 @@ cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, 
   return cudaLaunchKernelEx(&config, kernel, params, num_stages);
 }
 
-template <int kHeadGroups>
-cudaError_t launch_portable_decode(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
-  return window_splits > 1 ? launch_portable_variant<kHeadGroups, true>(params, num_stages, window_splits, stream)
-                           : launch_portable_variant<kHeadGroups, false>(params, num_stages, 1, stream);
+template <int kHeadGroups, bool kHasExtra>
+cudaError_t launch_portable_source_variant(const DecodeParams& params, int num_stages, int window_splits,
+                                           cudaStream_t stream) {
+  return window_splits > 1
+             ? launch_portable_variant<kHeadGroups, true, kHasExtra>(params, num_stages, window_splits, stream)
+             : launch_portable_variant<kHeadGroups, false, kHasExtra>(params, num_stages, 1, stream);
 }
 
 }  // namespace swa_decode

@@ -27,29 +27,56 @@ static_assert(2 * kWarpsPerGroup * 16 * 32 * 4 <= kStageBytes, "two groups' part
 inline constexpr int kGroupExchangeBytes = 16 * kWarpsPerGroup * 4 + kWarpsPerGroup * 32 * 8;
 
 // Fixed part: the f16 tile, and per group q's fragments, the exchange and the sinks; the
-// compaction's warp counts.
+// compaction's warp counts; the extra source's walk (5 words, decode_portable.cuh). The walk
+// fits in what the rounding to 128 bytes left at one and two groups, so no plan grew for it.
+inline constexpr int kExtraWalkBytes = 5 * 4;
 constexpr int fixed_smem_bytes(int head_groups) {
   const int tile = kKeysPerTile * kHeadDim * 2;
   const int q = head_groups * (kQBytesPerGroup + kGroupExchangeBytes + kHeadsPerGroup * 4);
   const int warp_counts = head_groups * kWarpsPerGroup * 4;
-  return (tile + q + warp_counts + 127) / 128 * 128;
+  return (tile + q + warp_counts + kExtraWalkBytes + 127) / 128 * 128;
+}
+static_assert(fixed_smem_bytes(1) == 50560 && fixed_smem_bytes(2) == 68352,
+              "the fixed plan of issue 10 (the extra walk took no new bytes)");
+
+// With an extra source (DeepSeek-V4's compressed entries, up to kMaxExtraEntries = 16384 columns a
+// token), the token's entries do not fit one compacted list (12 bytes an entry: 192 KiB at 16384).
+// The kernel walks them in chunks: the window, then the extra columns kExtraChunkColumns at a
+// time, each compacted into the same list and run through the same ring and online softmax.
+// 1024 columns take 12 KiB of list, which still lets every configuration keep the stages and CTAs
+// per SM it has with a window of 1024 (static_asserts below): on sm_90 two CTAs per SM with
+// 2 stages at two groups (113,408 of 115,712 bytes) or 3 at one (112,000); sm_86/89/120's 99 KiB
+// one group with 2 stages (95,616 of 101,376; a window-only W = 128 launch has 3 there, which
+// leave room for 138 entries). A chunk boundary costs a CTA its compaction (two dependent global
+// round trips) and the ring's refill, ~3 us, while the SM's other CTA computes; a chunk of 32
+// tiles takes ~75 us (H200, portable v11: ~2.4 us a tile per CTA at two per SM), so ~4% of a CTA's
+// time, twice that at 512 columns, and 2048 would cost sm_90 its second CTA per SM.
+inline constexpr int kExtraChunkColumns = 1024;
+static_assert(kMaxWindow <= kExtraChunkColumns, "the list of an extra-source launch holds the whole window too");
+
+// Entries the compacted list holds: the window's, or with an extra source one chunk of its
+// columns (which also holds any window).
+constexpr int compacted_list_entries(int window_size, bool has_extra) {
+  return has_extra ? kExtraChunkColumns : window_size;
 }
 
 struct RingPlan {
   int staging_offset;     // bytes from the start of shared memory, 128-aligned
-  int row_offset_offset;  // int64_t[window_size]: compacted entries' byte offsets in the cache
-  int inv_scale_offset;   // float[window_size]
+  int row_offset_offset;  // int64_t[list_entries]: compacted entries' byte offsets in their source's cache
+  int inv_scale_offset;   // float[list_entries]
   int total_bytes;
 };
 
-constexpr RingPlan ring_plan(int head_groups, int num_stages, int window_size) {
+// list_entries: compacted_list_entries(window_size, has_extra).
+constexpr RingPlan ring_plan(int head_groups, int num_stages, int list_entries) {
   const int staging = fixed_smem_bytes(head_groups);
   const int row_offset = staging + num_stages * kStageBytes;
-  const int inv_scale = row_offset + window_size * 8;
-  return RingPlan{staging, row_offset, inv_scale, inv_scale + window_size * 4};
+  const int inv_scale = row_offset + list_entries * 8;
+  return RingPlan{staging, row_offset, inv_scale, inv_scale + list_entries * 4};
 }
-static_assert(ring_plan(1, kMinStages, kMaxWindow).total_bytes <= 99 * 1024,
-              "one head group with two stages must fit sm_86/89/120's 99 KiB at any window");
+static_assert(ring_plan(1, kMinStages, kMaxWindow).total_bytes <= 99 * 1024 &&
+                  ring_plan(1, kMinStages, compacted_list_entries(1, true)).total_bytes <= 99 * 1024,
+              "one head group with two stages must fit sm_86/89/120's 99 KiB at any window, and with an extra source");
 
 // Shared memory one CTA may use so that two share an SM. An SM has 1 KiB more than the per-block
 // opt-in limit (228 vs 227 KiB on sm_90, 164 vs 163 on sm_80) and reserves 1 KiB per resident block.
@@ -57,21 +84,32 @@ constexpr int64_t two_ctas_per_sm_budget(int64_t smem_optin_bytes) {
   return (smem_optin_bytes + 1024) / 2 - 1024;
 }
 
-// Stages (kMinStages..kMaxStages, never more than the window has tiles) for `head_groups`: the most
+// Stages (kMinStages..kMaxStages, never more than the list has tiles) for `head_groups`: the most
 // that still let two CTAs share an SM, since a second CTA hides one CTA's barriers and gather
 // latency better than a deeper ring does; where even kMinStages cannot be shared, the most that
-// fit one CTA. 0 if kMinStages does not fit at all.
-constexpr int choose_stages(int head_groups, int window_size, int64_t smem_optin_bytes) {
-  const int tiles = (window_size + kKeysPerTile - 1) / kKeysPerTile;
+// fit one CTA. 0 if kMinStages does not fit at all. list_entries: compacted_list_entries.
+constexpr int choose_stages(int head_groups, int list_entries, int64_t smem_optin_bytes) {
+  const int tiles = (list_entries + kKeysPerTile - 1) / kKeysPerTile;
   const int64_t shared = two_ctas_per_sm_budget(smem_optin_bytes);
-  const int64_t budget = ring_plan(head_groups, kMinStages, window_size).total_bytes <= shared ? shared : smem_optin_bytes;
-  if (ring_plan(head_groups, kMinStages, window_size).total_bytes > budget) return 0;
+  const int64_t budget = ring_plan(head_groups, kMinStages, list_entries).total_bytes <= shared ? shared : smem_optin_bytes;
+  if (ring_plan(head_groups, kMinStages, list_entries).total_bytes > budget) return 0;
   int stages = kMinStages;
-  while (stages < kMaxStages && stages < tiles && ring_plan(head_groups, stages + 1, window_size).total_bytes <= budget) {
+  while (stages < kMaxStages && stages < tiles && ring_plan(head_groups, stages + 1, list_entries).total_bytes <= budget) {
     ++stages;
   }
   return stages;
 }
+// sm_90 (227 KiB opt-in): an extra source's 1024-entry list keeps the window's stages (W = 128)
+// and two CTAs per SM.
+inline constexpr int64_t kSm90SmemOptinBytes = 227 * 1024;
+static_assert(choose_stages(1, compacted_list_entries(128, true), kSm90SmemOptinBytes) ==
+                      choose_stages(1, 128, kSm90SmemOptinBytes) &&
+                  choose_stages(2, compacted_list_entries(128, true), kSm90SmemOptinBytes) ==
+                      choose_stages(2, 128, kSm90SmemOptinBytes) &&
+                  ring_plan(2, choose_stages(2, compacted_list_entries(128, true), kSm90SmemOptinBytes),
+                            compacted_list_entries(128, true))
+                          .total_bytes <= two_ctas_per_sm_budget(kSm90SmemOptinBytes),
+              "an extra source must not cost sm_90 a stage or its second CTA per SM");
 
 // CTAs that split each window (one thread-block cluster of 4, window_split_combine.cuh): 4 when
 // the split grid stays within a quarter of the SMs and the window has 4 tiles of 32 keys, else 1.

@@ -45,18 +45,20 @@ __device__ __forceinline__ uint32_t staging_chunk_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * kHeadDim + ((chunk ^ (row & 7)) * kChunkBytes));
 }
 
-// Largest power of two <= 16 that divides every cache-row address: the cp.async width.
-__device__ __forceinline__ int kv_copy_width(const DecodeParams& p) {
-  const uint64_t bits = reinterpret_cast<uint64_t>(p.window.kv_cache) | static_cast<uint64_t>(p.window.stride_kv_block) |
-                        static_cast<uint64_t>(p.window.stride_kv_token);
+// Largest power of two <= 16 that divides every cache-row address of `src`: the cp.async width.
+__device__ __forceinline__ int kv_copy_width(const KvSourceParams& src) {
+  const uint64_t bits = reinterpret_cast<uint64_t>(src.kv_cache) | static_cast<uint64_t>(src.stride_kv_block) |
+                        static_cast<uint64_t>(src.stride_kv_token);
   return (bits & 15) == 0 ? 16 : (bits & 7) == 0 ? 8 : 4;
 }
 
 // Eight threads per row, each copying every eighth 16-byte chunk (in pieces of kWidth bytes) of
 // one row per pass: with rows 8 apart per step, (chunk ^ row & 7) is the thread's first swizzled
-// chunk plus 8 i, so every destination is one register plus an immediate.
+// chunk plus 8 i, so every destination is one register plus an immediate. s_row_offset holds byte
+// offsets from kv_cache; an extra source's carry the distance from kv_cache to its own cache
+// (addresses are flat 64-bit values, so the sum is the row's address).
 template <int kThreads, int kWidth>
-__device__ __forceinline__ void issue_tile_copy_width(const DecodeParams& p, const int64_t* s_row_offset,
+__device__ __forceinline__ void issue_tile_copy_width(const uint8_t* kv_cache, const int64_t* s_row_offset,
                                                       int num_valid, int tile, uint8_t* staging) {
   constexpr int kThreadsPerRow = 8;
   constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
@@ -71,7 +73,7 @@ __device__ __forceinline__ void issue_tile_copy_width(const DecodeParams& p, con
     const int key = tile * kKeysPerTile + row;
     const bool valid = key < num_valid;
     // A masked row copies nothing (src-size 0 zero-fills) from an address that stays in bounds.
-    const uint8_t* src_row = (valid ? p.window.kv_cache + s_row_offset[key] : p.window.kv_cache) + first_chunk * kChunkBytes;
+    const uint8_t* src_row = (valid ? kv_cache + s_row_offset[key] : kv_cache) + first_chunk * kChunkBytes;
     const uint32_t src_bytes = valid ? kWidth : 0;
     const uint32_t dst_row = dst_first + pass * kRowsPerPass * kHeadDim;
 #pragma unroll
@@ -93,18 +95,18 @@ __device__ __forceinline__ void issue_tile_copy_width(const DecodeParams& p, con
 // Starts the copy of tile `tile`'s raw rows into `staging`; rows past num_valid are zero-filled.
 // Always commits a group (possibly empty) so the ring's wait counts stay uniform.
 template <int kThreads>
-__device__ __forceinline__ void issue_tile_copy(const DecodeParams& p, const int64_t* s_row_offset, int num_valid,
+__device__ __forceinline__ void issue_tile_copy(const uint8_t* kv_cache, const int64_t* s_row_offset, int num_valid,
                                                 int tile, uint8_t* staging, int width) {
   if (tile * kKeysPerTile >= num_valid) {
     ptx::cp_async_commit();
     return;
   }
   if (width == 16) {
-    issue_tile_copy_width<kThreads, 16>(p, s_row_offset, num_valid, tile, staging);
+    issue_tile_copy_width<kThreads, 16>(kv_cache, s_row_offset, num_valid, tile, staging);
   } else if (width == 8) {
-    issue_tile_copy_width<kThreads, 8>(p, s_row_offset, num_valid, tile, staging);
+    issue_tile_copy_width<kThreads, 8>(kv_cache, s_row_offset, num_valid, tile, staging);
   } else {
-    issue_tile_copy_width<kThreads, 4>(p, s_row_offset, num_valid, tile, staging);
+    issue_tile_copy_width<kThreads, 4>(kv_cache, s_row_offset, num_valid, tile, staging);
   }
   ptx::cp_async_commit();
 }

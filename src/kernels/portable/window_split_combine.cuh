@@ -1,5 +1,6 @@
 // Window split for small batches (sm_90+): the S CTAs of a thread-block cluster share one (token,
-// head block), each runs the online softmax over 1/S of the window's tiles, and they combine
+// head block), each runs the online softmax over 1/S of the window's tiles (and 1/S of the extra
+// source's columns, where there is one), and they combine
 // through distributed shared memory, so no global scratch is needed and the run path still
 // allocates nothing.
 //
@@ -61,7 +62,11 @@ __device__ __forceinline__ void park_split_partials(uint8_t* partials, float2* r
 // Run by all kThreads threads of each CTA of the cluster after every CTA parked its partials and
 // passed cluster_barrier(): normalizes this CTA's share of the block's heads and stores out and lse.
 // `sinks` holds the block's sinks, `first_head` is the block's first head.
-template <int kThreads, int kHeadsPerBlock>
+// kPerRankValueNorm == false: every CTA's partials are relative to the same `value_norm` (each
+// compacted the whole window). true (an extra source: each CTA saw its own chunks): CTA s parked
+// its value_norm v_s at row_stats[kHeadsPerBlock].x; partials are brought to the largest, V, by
+// v_s / V <= 1 (powers of two: exact, and never an overflow), and the output scaled by V.
+template <int kThreads, int kHeadsPerBlock, bool kPerRankValueNorm>
 __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, const uint8_t* partials, const float2* row_stats,
                                                        const float* sinks, int token, int first_head, float value_norm) {
   constexpr int kItemsPerHead = kHeadDim / 8;  // 16-byte stores of 8 bf16
@@ -70,6 +75,19 @@ __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, co
   const int heads_per_rank = kHeadsPerBlock / splits;
   const uint32_t partials_base = ptx::smem_addr(partials);
   const uint32_t stats_base = ptx::smem_addr(row_stats);
+  float norm_ratio[kMaxWindowSplits];  // kPerRankValueNorm only: v_s / V, 0 for ranks past the cluster
+  if constexpr (kPerRankValueNorm) {
+    float norms[kMaxWindowSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxWindowSplits; ++s) {
+      norms[s] = s < splits ? ptx::load_cluster_f32x2(ptx::cluster_address(stats_base + kHeadsPerBlock * 8, s)).x : 0.0f;
+    }
+    value_norm = 0.0f;  // becomes >= 2^-126 (value_norm_of)
+#pragma unroll
+    for (int s = 0; s < kMaxWindowSplits; ++s) value_norm = fmaxf(value_norm, norms[s]);
+#pragma unroll
+    for (int s = 0; s < kMaxWindowSplits; ++s) norm_ratio[s] = norms[s] / value_norm;
+  }
   for (int item = threadIdx.x; item < heads_per_rank * kItemsPerHead; item += kThreads) {
     const int local_head = rank * heads_per_rank + item / kItemsPerHead;
     const int head = first_head + local_head;
@@ -99,14 +117,15 @@ __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, co
       for (int s = 0; s < kMaxWindowSplits; ++s) {
         const float weight = ptx::exp2_approx(stats[s].x - max_log2);  // 0 for a CTA without entries
         sum_exp += weight * stats[s].y;
-        acc[0] += weight * lo[s].x;
-        acc[1] += weight * lo[s].y;
-        acc[2] += weight * lo[s].z;
-        acc[3] += weight * lo[s].w;
-        acc[4] += weight * hi[s].x;
-        acc[5] += weight * hi[s].y;
-        acc[6] += weight * hi[s].z;
-        acc[7] += weight * hi[s].w;
+        const float out_weight = kPerRankValueNorm ? weight * norm_ratio[s] : weight;
+        acc[0] += out_weight * lo[s].x;
+        acc[1] += out_weight * lo[s].y;
+        acc[2] += out_weight * lo[s].z;
+        acc[3] += out_weight * lo[s].w;
+        acc[4] += out_weight * hi[s].x;
+        acc[5] += out_weight * hi[s].y;
+        acc[6] += out_weight * hi[s].z;
+        acc[7] += out_weight * hi[s].w;
       }
     }
     const FinalizedRow fin = finalize_row(max_log2, sum_exp, sinks[local_head]);
