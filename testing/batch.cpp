@@ -29,13 +29,18 @@ void require(bool condition, const std::string& message) {
   if (!condition) throw std::invalid_argument("make_batch: " + message);
 }
 
+// A per-token (or per-head) option is empty or holds one value a token (head).
+template <typename T>
+void require_count(const std::vector<T>& values, int64_t count, const char* name, const char* what) {
+  require(values.empty() || static_cast<int64_t>(values.size()) == count,
+          std::string(name) + " must be empty or hold " + what + " values");
+}
+
 void resolve_extra(ExtraOptions& x, const BatchOptions& o) {
   require(x.compress_ratio >= 1 && x.top_k >= 0 && x.max_entries >= 0 && x.index_cols >= 0 && x.index_row_pad >= 0,
           "extra: compress_ratio must be >= 1 and top_k, max_entries, index_cols, index_row_pad >= 0");
-  require(x.positions.empty() || static_cast<int64_t>(x.positions.size()) == o.num_tokens,
-          "extra.positions must be empty or hold num_tokens values");
-  require(x.lens.empty() || static_cast<int64_t>(x.lens.size()) == o.num_tokens,
-          "extra.lens must be empty or hold num_tokens values");
+  require_count(x.positions, o.num_tokens, "extra.positions", "num_tokens");
+  require_count(x.lens, o.num_tokens, "extra.lens", "num_tokens");
   for (int64_t p : x.positions) require(p >= 0, "extra.positions must be >= 0");
   if (x.shares_window_cache) {
     require(o.window_pool_covers_context,
@@ -81,12 +86,9 @@ BatchOptions resolve(BatchOptions o) {
   require(o.out_head_stride >= o.head_dim && o.out_token_stride >= o.num_heads * o.out_head_stride,
           "out strides must cover [H, D]");
   require(o.lse_token_stride >= o.num_heads, "lse_token_stride must be >= num_heads");
-  require(o.context_lens.empty() || static_cast<int64_t>(o.context_lens.size()) == o.num_tokens,
-          "context_lens must be empty or hold num_tokens values");
-  require(o.lens.empty() || static_cast<int64_t>(o.lens.size()) == o.num_tokens,
-          "lens must be empty or hold num_tokens values");
-  require(o.sinks.empty() || static_cast<int64_t>(o.sinks.size()) == o.num_heads,
-          "sinks must be empty or hold num_heads values");
+  require_count(o.context_lens, o.num_tokens, "context_lens", "num_tokens");
+  require_count(o.lens, o.num_tokens, "lens", "num_tokens");
+  require_count(o.sinks, o.num_heads, "sinks", "num_heads");
   for (int64_t len : o.context_lens) require(len >= 1, "context lengths must be >= 1");
   require(o.padding_row_fraction >= 0.0 && o.padding_row_fraction <= 1.0, "padding_row_fraction must be in [0, 1]");
   for (const auto& [t, h] : o.nan_q_heads) {
@@ -124,21 +126,30 @@ int64_t q_elements(const BatchOptions& o) {
   return o.num_tokens == 0 ? 0 : std::max(o.num_tokens * o.q_token_stride, o.num_heads * o.q_head_stride);
 }
 
+// A source's shape, all but its pool's size (the generation decides that).
+HostSource source_shape(int64_t head_dim, int64_t max_entries, int64_t index_cols, int64_t index_row_pad,
+                        int64_t block_size, int64_t kv_row_stride, int64_t kv_block_pad) {
+  HostSource s;
+  s.head_dim = head_dim;
+  s.max_entries = max_entries;
+  s.index_cols = index_cols;
+  s.index_stride = index_cols + index_row_pad;
+  s.block_size = block_size;
+  s.kv_row_stride = kv_row_stride;
+  s.kv_block_stride = block_size * kv_row_stride + kv_block_pad;
+  return s;
+}
+
 void copy_shape(const BatchOptions& o, HostBatch& b) {
-  b.options = o;
-  b.num_tokens = o.num_tokens;
-  b.num_heads = o.num_heads;
-  b.head_dim = o.head_dim;
-  b.window_size = o.window_size;
-  b.max_entries = o.window_size;
-  b.index_cols = o.index_cols;
-  b.index_stride = o.index_cols + o.index_row_pad;
-  b.block_size = o.block_size;
-  b.kv_row_stride = o.kv_row_stride;
-  b.kv_block_stride = o.block_size * o.kv_row_stride + o.kv_block_pad;
+  static_cast<HostSource&>(b) = source_shape(o.head_dim, o.window_size, o.index_cols, o.index_row_pad, o.block_size,
+                                             o.kv_row_stride, o.kv_block_pad);
   b.index_dtype = o.index_dtype;
   b.lens_dtype = o.lens_dtype;
   b.inv_scale_dtype = o.inv_scale_dtype;
+  b.options = o;
+  b.num_tokens = o.num_tokens;
+  b.num_heads = o.num_heads;
+  b.window_size = o.window_size;
   b.q_head_stride = o.q_head_stride;
   b.q_token_stride = o.q_token_stride;
   b.out_head_stride = o.out_head_stride;
@@ -149,14 +160,8 @@ void copy_shape(const BatchOptions& o, HostBatch& b) {
 
 // The extra source's shape once its entry counts are known (x.max_entries and x.index_cols resolved).
 HostSource extra_shape(const ExtraOptions& x, const HostBatch& b) {
-  HostSource s;
-  s.head_dim = b.head_dim;
-  s.max_entries = x.max_entries;
-  s.index_cols = x.index_cols;
-  s.index_stride = x.index_cols + x.index_row_pad;
-  s.block_size = x.block_size;
-  s.kv_row_stride = x.kv_row_stride;
-  s.kv_block_stride = x.block_size * x.kv_row_stride + x.kv_block_pad;
+  HostSource s = source_shape(b.head_dim, x.max_entries, x.index_cols, x.index_row_pad, x.block_size,
+                              x.kv_row_stride, x.kv_block_pad);
   s.index_dtype = x.index_dtype;
   s.lens_dtype = x.lens_dtype;
   s.inv_scale_dtype = x.inv_scale_dtype;

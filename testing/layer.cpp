@@ -1,44 +1,47 @@
 #include "testing/layer.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "swa_decode/limits.h"
 
 namespace swa_decode::testing {
 
-const char* layer_name(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kSwa: return "swa";
-    case LayerKind::kC4a: return "c4a";
-    case LayerKind::kC128a: return "c128a";
+namespace {
+
+// Per layer: its name, its default mean context and the largest it takes (layer.h says why).
+struct LayerFacts {
+  LayerKind kind;
+  const char* name;
+  int64_t default_mean_context, max_mean_context;
+};
+constexpr LayerFacts kLayers[] = {
+    {LayerKind::kSwa, "swa", 4096, 8192},
+    {LayerKind::kC4a, "c4a", 32768, 65536},
+    {LayerKind::kC128a, "c128a", 65536, kMaxExtraEntries * kC128aCompressRatio / 2},
+};
+
+const LayerFacts& facts(LayerKind kind) {
+  for (const LayerFacts& layer : kLayers) {
+    if (layer.kind == kind) return layer;
   }
-  return "?";
+  throw std::invalid_argument("LayerKind(" + std::to_string(static_cast<int>(kind)) + ") is no layer");
 }
 
+}  // namespace
+
+const char* layer_name(LayerKind kind) { return facts(kind).name; }
+
 std::optional<LayerKind> parse_layer(std::string_view name) {
-  for (LayerKind kind : {LayerKind::kSwa, LayerKind::kC4a, LayerKind::kC128a}) {
-    if (name == layer_name(kind)) return kind;
+  for (const LayerFacts& layer : kLayers) {
+    if (name == layer.name) return layer.kind;
   }
   return std::nullopt;
 }
 
-int64_t default_mean_context(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kSwa: return 4096;
-    case LayerKind::kC4a: return 32768;
-    case LayerKind::kC128a: return 65536;
-  }
-  return 0;
-}
+int64_t default_mean_context(LayerKind kind) { return facts(kind).default_mean_context; }
 
-int64_t max_mean_context(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kSwa: return 8192;
-    case LayerKind::kC4a: return 65536;
-    case LayerKind::kC128a: return kMaxExtraEntries * kC128aCompressRatio / 2;
-  }
-  return 0;
-}
+int64_t max_mean_context(LayerKind kind) { return facts(kind).max_mean_context; }
 
 int64_t default_top_k(int64_t num_heads) { return num_heads >= 128 ? 1024 : 512; }
 
@@ -111,12 +114,8 @@ BatchOptions layer_options(const LayerSpec& raw, int64_t num_tokens, int64_t num
 
 int64_t expected_extra_entries(const LayerSpec& raw, int64_t num_heads) {
   const LayerSpec spec = resolved(raw, num_heads);
-  switch (spec.kind) {
-    case LayerKind::kSwa: return 0;
-    case LayerKind::kC4a: return spec.top_k;
-    case LayerKind::kC128a: return spec.mean_context / kC128aCompressRatio;
-  }
-  return 0;
+  if (spec.kind == LayerKind::kC4a) return spec.top_k;
+  return spec.kind == LayerKind::kC128a ? spec.mean_context / kC128aCompressRatio : 0;
 }
 
 }  // namespace swa_decode::testing

@@ -209,24 +209,34 @@ TEST_F(GpuLayer, NanQHeadsStayInTheirHeads) {
   }
 }
 
-// Padded rows in both caches, padded index rows, padded q / out / lse, and fp32 scales.
+// Padded rows in both caches, padded index rows, padded q / out / lse (q token-major, then
+// head-major), and fp32 scales.
 TEST_F(GpuLayer, StridedSources) {
-  st::BatchOptions o = rule_options(24, 32, 70);
-  o.kv_row_stride = 576;
-  o.kv_block_pad = 32;
-  o.q_head_stride = 576;
-  o.q_token_stride = 32 * 576 + 64;
-  o.out_head_stride = 640;
-  o.out_token_stride = 32 * 640 + 32;
-  o.lse_token_stride = 32 + 3;
-  o.index_row_pad = 5;
-  o.inv_scale_dtype = DType::kFloat32;
-  o.extra->kv_row_stride = 592;
-  o.extra->kv_block_pad = 48;
-  o.extra->index_row_pad = 7;
-  o.extra->inv_scale_dtype = DType::kFloat32;
-  o.extra->hole_fraction = 0.1;
-  expect_layer_matches_reference(o);
+  struct Layout {
+    bool head_major_q;
+    int64_t q_pad, out_pad;                       // elements, multiples of 8
+    int64_t kv_row_stride, extra_kv_row_stride;   // bytes, multiples of 16
+  };
+  constexpr int64_t kTokens = 24, kHeads = 32, kDim = 512;
+  for (const Layout& l : {Layout{false, 16, 88, 576, 592}, Layout{true, 8, 24, 528, 512}}) {
+    st::BatchOptions o = rule_options(kTokens, kHeads, 70 + l.head_major_q);
+    o.q_head_major = l.head_major_q;
+    const int64_t q_row = kDim + l.q_pad;
+    o.q_token_stride = l.head_major_q ? q_row : kHeads * q_row + l.q_pad;
+    o.q_head_stride = l.head_major_q ? kTokens * q_row + l.q_pad : q_row;
+    o.out_head_stride = kDim + l.out_pad;
+    o.out_token_stride = kHeads * o.out_head_stride + l.out_pad;
+    o.lse_token_stride = kHeads + 5;
+    o.kv_row_stride = l.kv_row_stride;
+    o.kv_block_pad = 32;
+    o.extra->kv_row_stride = l.extra_kv_row_stride;
+    o.extra->kv_block_pad = 48;
+    o.index_row_pad = 3;
+    o.extra->index_row_pad = 7;
+    o.inv_scale_dtype = o.extra->inv_scale_dtype = DType::kFloat32;
+    o.extra->hole_fraction = 0.1;
+    expect_layer_matches_reference(o);
+  }
 }
 
 // Each dtype of the extra source's ids, lengths and scales against the window's other one.
@@ -265,16 +275,21 @@ TEST_F(GpuLayer, TheLargestExtraLimit) {
   expect_layer_matches_reference(o);
 }
 
-// q from 2^-30 to 2^24 per head and scales from 2^-20 to 2^12 in both caches: the f16 path must
-// rescale the extra entries' scores as it does the window's.
+// q from 2^-30 to 2^24 per head and scales from 2^-20 to 2^12 in both caches (fp32 window scales,
+// extra scales in either dtype: powers of two keep them exact in bf16): the f16 path must rescale
+// the extra entries' scores as it does the window's.
 TEST_F(GpuLayer, MagnitudesAcrossTheF16Range) {
-  for (const double inv_scale_magnitude : {0x1p-20, 0x1p12}) {
+  struct Case {
+    double inv_scale_magnitude;
+    DType extra_scales;
+  };
+  for (const Case c : {Case{0x1p-20, DType::kFloat32}, Case{0x1p12, DType::kBFloat16}}) {
     st::BatchOptions o = rule_options(16, 32, 110);
+    o.scale = static_cast<float>(0x1p-24 / std::sqrt(512.0) / c.inv_scale_magnitude);
+    o.extra->inv_scale_dtype = c.extra_scales;
     o.q_magnitudes = {0x1p-30, 0x1p-3, 1.0, 0x1p12, 0x1p24, 0x1p-14};
-    o.inv_scale_magnitude = inv_scale_magnitude;
     o.inv_scale_dtype = DType::kFloat32;
-    o.extra->inv_scale_dtype = DType::kFloat32;
-    o.scale = static_cast<float>(0x1p-24 / std::sqrt(512.0) / inv_scale_magnitude);
+    o.inv_scale_magnitude = c.inv_scale_magnitude;
     expect_layer_matches_reference(o);
   }
 }
