@@ -250,7 +250,7 @@ void draw_rows_in_chunks(HostSource& s, uint64_t seed, double inv_scale_magnitud
   });
 }
 
-// Appends the slots of `source`'s valid entries (named in `pool`'s slot range) to `slots`.
+// Appends the slots of `source`'s valid entries to `slots`.
 void collect_valid_slots(const HostSource& source, int64_t num_tokens, std::vector<int64_t>& slots) {
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t cols = source.columns(t);
@@ -321,6 +321,86 @@ ExtraDraw draw_extra_counts(const ExtraOptions& x, const std::vector<int64_t>& c
   return d;
 }
 
+// The window's pool as the extra source sees it: the slot of request t's context position pos.
+struct WindowPool {
+  const ScatteredPool& pool;
+  const std::vector<int64_t>& base_block;  // per request: its first context block the pool holds
+  int64_t slot(int64_t t, int64_t pos) const { return pool.slot(t, pos - base_block[t] * pool.block_size); }
+};
+
+// The extra source of `b` (ExtraOptions; x.max_entries and x.index_cols resolved here), drawn
+// from a stream of its own; its padding rows are the window's.
+HostSource draw_extra_source(ExtraOptions& x, const HostBatch& b, const WindowPool& window,
+                             const std::vector<bool>& padding_row, uint64_t seed) {
+  Rng xrng(seed ^ kExtraStream);
+  const int64_t T = b.num_tokens, W = b.window_size;
+  const std::vector<int64_t>& context = b.context;
+  const ExtraDraw counts = draw_extra_counts(x, context);
+  const int64_t most_entries = T == 0 ? 0 : *std::max_element(counts.entries.begin(), counts.entries.end());
+  if (x.max_entries == 0) x.max_entries = std::max<int64_t>(1, most_entries);
+  if (x.index_cols == 0) x.index_cols = std::max(x.max_entries, most_entries);
+  require(x.index_cols >= x.max_entries && x.index_cols >= most_entries,
+          "extra.index_cols must be >= extra.max_entries and >= the most entries a token has (" +
+              std::to_string(most_entries) + ")");
+  HostSource s = extra_shape(x, b);
+
+  std::optional<ScatteredPool> own_pool;
+  if (!x.shares_window_cache) {
+    std::vector<int64_t> owned_x(T);
+    for (int64_t t = 0; t < T; ++t) owned_x[t] = (counts.positions[t] + x.block_size - 1) / x.block_size;
+    own_pool.emplace(owned_x, x.block_size, x.spare_blocks, xrng);
+    s.num_blocks = own_pool->num_blocks();
+    s.num_slots = s.num_blocks * x.block_size;
+  }
+  require(s.index_dtype == DType::kInt64 || s.num_slots <= kInt32Max, "extra: int32 ids need at most INT32_MAX slots");
+  auto slot_of = [&](int64_t t, int64_t p) {
+    return own_pool ? own_pool->slot(t, p) : window.slot(t, p * x.compress_ratio);
+  };
+  auto spare_slot = [&] { return own_pool ? own_pool->spare_slot(xrng) : window.pool.spare_slot(xrng); };
+  // A third of the out-of-range ids are window slots past the extra pool: a kernel checking an
+  // extra id against the window's slot count would read them.
+  auto out_of_range = [&] {
+    if (b.num_slots > s.num_slots && xrng.uniform() < 1.0 / 3.0) return xrng.uniform_int(s.num_slots, b.num_slots - 1);
+    return out_of_range_id(xrng, s.num_slots, s.index_dtype);
+  };
+
+  s.indices.assign(T * s.index_stride, kNoEntry);
+  s.lens.assign(T, 0);
+  std::vector<int64_t> picks;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t* row = &s.indices[t * s.index_stride];
+    const int64_t m = counts.entries[t];
+    picks.resize(counts.positions[t]);
+    std::iota(picks.begin(), picks.end(), int64_t{0});
+    if (x.top_k > 0) {  // the first m of a partial Fisher-Yates shuffle: m distinct positions, in random order
+      for (int64_t i = 0; i < m; ++i) std::swap(picks[i], picks[xrng.uniform_int(i, counts.positions[t] - 1)]);
+    }
+    for (int64_t c = 0; c < m; ++c) row[c] = slot_of(t, picks[c]);
+    for (int64_t c = m; c < s.index_cols; ++c) row[c] = x.garbage_past_entries ? spare_slot() : kNoEntry;
+    for (int64_t c = s.index_cols; c < s.index_stride; ++c) row[c] = spare_slot();
+    const std::vector<int64_t> original(row, row + m);
+    const int64_t n_window = std::min(context[t], W);
+    for (int64_t c = 0; c < m; ++c) {
+      const double r = xrng.uniform();
+      double edge = x.hole_fraction;
+      if (r < edge) {
+        row[c] = kNoEntry;
+      } else if (r < (edge += x.duplicate_fraction)) {
+        row[c] = original[xrng.uniform_int(0, m - 1)];
+      } else if (r < (edge += x.out_of_range_fraction)) {
+        row[c] = out_of_range();
+      } else if (x.shares_window_cache && n_window > 0 && r < edge + x.cross_duplicate_fraction) {
+        // a slot of the token's window positions (not of its index row, whose ids may have been
+        // replaced by out-of-range ones of the window's dtype)
+        row[c] = window.slot(t, context[t] - xrng.uniform_int(1, n_window));
+      }
+    }
+    if (xrng.uniform() < x.all_invalid_fraction) std::fill(row, row + s.index_cols, kNoEntry);
+    s.lens[t] = padding_row[t] ? 0 : x.lens.empty() ? m : x.lens[t];
+  }
+  return s;
+}
+
 }  // namespace
 
 int64_t HostSource::columns(int64_t t) const {
@@ -376,7 +456,7 @@ HostBatch make_batch(const BatchOptions& raw_options) {
   b.num_blocks = pool.num_blocks();
   b.num_slots = b.num_blocks * bs;
   b.context = context;
-  auto window_slot = [&](int64_t t, int64_t pos) { return pool.slot(t, pos - base_block[t] * bs); };
+  const WindowPool window{.pool = pool, .base_block = base_block};
 
   // Index rows: the last min(context, W) positions, oldest first, then padding.
   b.indices.assign(T * b.index_stride, kNoEntry);
@@ -385,7 +465,7 @@ HostBatch make_batch(const BatchOptions& raw_options) {
   for (int64_t t = 0; t < T; ++t) {
     int64_t* row = &b.indices[t * b.index_stride];
     const int64_t n_window = std::min(context[t], W);
-    for (int64_t c = 0; c < n_window; ++c) row[c] = window_slot(t, context[t] - n_window + c);
+    for (int64_t c = 0; c < n_window; ++c) row[c] = window.slot(t, context[t] - n_window + c);
     for (int64_t c = n_window; c < b.index_cols; ++c) row[c] = o.garbage_past_window ? pool.spare_slot(rng) : kNoEntry;
     for (int64_t c = b.index_cols; c < b.index_stride; ++c) row[c] = pool.spare_slot(rng);
     const std::vector<int64_t> original(row, row + n_window);
@@ -408,73 +488,8 @@ HostBatch make_batch(const BatchOptions& raw_options) {
   }
 
   if (o.extra) {
-    ExtraOptions& x = *o.extra;
-    Rng xrng(o.seed ^ kExtraStream);
-    const ExtraDraw counts = draw_extra_counts(x, context);
-    const int64_t most_entries = T == 0 ? 0 : *std::max_element(counts.entries.begin(), counts.entries.end());
-    if (x.max_entries == 0) x.max_entries = std::max<int64_t>(1, most_entries);
-    if (x.index_cols == 0) x.index_cols = std::max(x.max_entries, most_entries);
-    require(x.index_cols >= x.max_entries && x.index_cols >= most_entries,
-            "extra.index_cols must be >= extra.max_entries and >= the most entries a token has (" +
-                std::to_string(most_entries) + ")");
-    b.options.extra = x;
-    HostSource s = extra_shape(x, b);
-
-    std::optional<ScatteredPool> own_pool;
-    if (!x.shares_window_cache) {
-      std::vector<int64_t> owned_x(T);
-      for (int64_t t = 0; t < T; ++t) owned_x[t] = (counts.positions[t] + x.block_size - 1) / x.block_size;
-      own_pool.emplace(owned_x, x.block_size, x.spare_blocks, xrng);
-      s.num_blocks = own_pool->num_blocks();
-      s.num_slots = s.num_blocks * x.block_size;
-    }
-    require(s.index_dtype == DType::kInt64 || s.num_slots <= kInt32Max, "extra: int32 ids need at most INT32_MAX slots");
-    auto slot_of = [&](int64_t t, int64_t p) {
-      return own_pool ? own_pool->slot(t, p) : window_slot(t, p * x.compress_ratio);
-    };
-    auto spare_slot = [&] { return own_pool ? own_pool->spare_slot(xrng) : pool.spare_slot(xrng); };
-    // A third of the out-of-range ids are window slots past the extra pool: a kernel checking an
-    // extra id against the window's slot count would read them.
-    auto out_of_range = [&] {
-      if (b.num_slots > s.num_slots && xrng.uniform() < 1.0 / 3.0) return xrng.uniform_int(s.num_slots, b.num_slots - 1);
-      return out_of_range_id(xrng, s.num_slots, s.index_dtype);
-    };
-
-    s.indices.assign(T * s.index_stride, kNoEntry);
-    s.lens.assign(T, 0);
-    std::vector<int64_t> picks;
-    for (int64_t t = 0; t < T; ++t) {
-      int64_t* row = &s.indices[t * s.index_stride];
-      const int64_t m = counts.entries[t];
-      picks.resize(counts.positions[t]);
-      std::iota(picks.begin(), picks.end(), int64_t{0});
-      if (x.top_k > 0) {  // the first m of a partial Fisher-Yates shuffle: m distinct positions, in random order
-        for (int64_t i = 0; i < m; ++i) std::swap(picks[i], picks[xrng.uniform_int(i, counts.positions[t] - 1)]);
-      }
-      for (int64_t c = 0; c < m; ++c) row[c] = slot_of(t, picks[c]);
-      for (int64_t c = m; c < s.index_cols; ++c) row[c] = x.garbage_past_entries ? spare_slot() : kNoEntry;
-      for (int64_t c = s.index_cols; c < s.index_stride; ++c) row[c] = spare_slot();
-      const std::vector<int64_t> original(row, row + m);
-      const int64_t n_window = std::min(context[t], W);
-      for (int64_t c = 0; c < m; ++c) {
-        const double r = xrng.uniform();
-        double edge = x.hole_fraction;
-        if (r < edge) {
-          row[c] = kNoEntry;
-        } else if (r < (edge += x.duplicate_fraction)) {
-          row[c] = original[xrng.uniform_int(0, m - 1)];
-        } else if (r < (edge += x.out_of_range_fraction)) {
-          row[c] = out_of_range();
-        } else if (x.shares_window_cache && n_window > 0 && r < edge + x.cross_duplicate_fraction) {
-          // a slot of the token's window positions (not of its index row, whose ids may have been
-          // replaced by out-of-range ones of the window's dtype)
-          row[c] = window_slot(t, context[t] - xrng.uniform_int(1, n_window));
-        }
-      }
-      if (xrng.uniform() < x.all_invalid_fraction) std::fill(row, row + s.index_cols, kNoEntry);
-      s.lens[t] = padding_row[t] ? 0 : x.lens.empty() ? m : x.lens[t];
-    }
-    b.extra = std::move(s);
+    b.extra = draw_extra_source(*o.extra, b, window, padding_row, o.seed);
+    b.options.extra = o.extra;
   }
 
   require_int32_values(b.indices, b.index_dtype, "indices");
