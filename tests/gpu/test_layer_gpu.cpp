@@ -10,7 +10,7 @@
 // Cases run on the kernel under test (SWA_DECODE_TEST_KERNEL, tests/gpu/gpu_test.h), exactly as in
 // test_decode_gpu.cpp: every case here is one the library must run, so a case no kernel runs fails.
 // The float64 reference dominates the time: each case checks the tokens that fit in
-// kCaseReferenceMacs on every host core (~50 GMAC in all, a few seconds on the H200 machine's 16).
+// kCaseReferenceMacs on every host core (~30 GMAC in all, 2-4 s on the H200 machine's 16 cores).
 //
 // LayerHarness checks the generator and the check themselves on the CPU (no GPU needed).
 #include <algorithm>
