@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "src/reference/reference.h"
 #include "testing/batch.h"
 #include "testing/device_batch.h"
 
@@ -53,14 +54,40 @@ struct CheckReport {
   std::string summary() const;    // one line with every number above
 };
 
-// Compares `outputs` for `tokens` (all of them when empty) with the float64 reference and scans all
-// tokens for NaN, unwritten elements and writes into the stride gaps. Runs the reference on a
-// compact copy of just those tokens (select_tokens), so it also works for batches whose pool
-// would not fit on the host.
-CheckReport check_outputs(const HostBatch& batch, const Outputs& outputs, std::vector<int64_t> tokens = {},
+// The float64 reference for some tokens of a batch, computed once and compared with as many
+// outputs as there are kernels to check.
+struct ReferenceOutputs {
+  std::vector<int64_t> tokens;  // the batch's tokens, in the order of `result`
+  reference::Result result;     // [tokens.size(), H, D] and [tokens.size(), H]
+};
+
+// Runs the reference for `tokens` (all of them when empty) on compact copies (select_tokens), so it
+// also works for batches whose pools would not fit on the host; `threads` > 1 splits the tokens
+// over that many threads (a C128A token at a 1M context and H = 128 is ~1 GMAC, ~1-2 s on one core).
+ReferenceOutputs compute_reference(const HostBatch& batch, std::vector<int64_t> tokens = {}, int threads = 1);
+
+// Compares `outputs` with `reference` on its tokens and scans all tokens for NaN, unwritten
+// elements and writes into the stride gaps. The (token, head) pairs of options.nan_q_heads (a q
+// row of NaN: their result is unspecified) are neither compared nor scanned for NaN; every other
+// head of those tokens is.
+CheckReport check_against(const HostBatch& batch, const Outputs& outputs, const ReferenceOutputs& reference,
                           const Tolerance& tolerance = {});
+
+// compute_reference, then check_against.
+CheckReport check_outputs(const HostBatch& batch, const Outputs& outputs, std::vector<int64_t> tokens = {},
+                          const Tolerance& tolerance = {}, int threads = 1);
 
 // Up to `count` distinct token ids of [0, num_tokens), sorted, drawn with `seed`.
 std::vector<int64_t> sample_tokens(int64_t num_tokens, int64_t count, uint64_t seed);
+
+// Multiply-adds the float64 reference spends on `tokens`: q.k and p.v over their valid entries
+// (2 * |J_t| * H * D a token). It runs ~0.5-1 GMAC/s per core (plain double loops).
+int64_t reference_macs(const HostBatch& batch, const std::vector<int64_t>& tokens);
+
+// The tokens a check compares when the reference may spend `max_macs` multiply-adds: every empty
+// token (they cost nothing and carry the out = 0, lse = -inf rule), then, in an order drawn with
+// `seed`, up to `max_tokens` others whose cost still fits (the first of them whatever it costs);
+// sorted.
+std::vector<int64_t> budgeted_tokens(const HostBatch& batch, int64_t max_macs, int64_t max_tokens, uint64_t seed);
 
 }  // namespace swa_decode::testing

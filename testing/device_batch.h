@@ -15,13 +15,16 @@ namespace swa_decode::testing {
 
 struct DeviceBatch {
   DeviceBuffer q, kv_cache, inv_scale, indices, lens, sinks, lse, out;
+  // The extra source's (empty without one; its cache and scales empty when it shares the window's).
+  DeviceBuffer extra_kv_cache, extra_inv_scale, extra_indices, extra_lens;
 };
 
-// Allocates and fills every tensor; the pool is written as e4m3 NaN everywhere but the live rows.
+// Allocates and fills every tensor; each pool is written as e4m3 NaN everywhere but the live rows.
 DeviceBatch upload_batch(const HostBatch& batch);
 
 // Writes `batch` into buffers already allocated for a batch of the same sizes (throws
-// std::invalid_argument otherwise), e.g. new inputs for a captured CUDA graph.
+// std::invalid_argument otherwise), e.g. new inputs for a captured CUDA graph. Returns once the
+// device holds the data, so that a decode on any stream sees it.
 void upload_into(const HostBatch& batch, DeviceBatch& device);
 
 // Backend::kCuda arguments for tokens [token_begin, token_begin + token_count).

@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -37,6 +38,10 @@ constexpr int64_t kTwoTo32 = int64_t{1} << 32;
 const std::vector<int64_t> kSpecialHeads = {1, 2, 15, 16, 17, 31, 32, 33, 64, 65, 96, 97, 112, 127, 128};
 const std::vector<int64_t> kSpecialWindows = {1, 2, 31, 32, 33, 96, 97, 127, 128, 129, 255, 256, 512, 1023, 1024};
 const std::vector<int64_t> kSpecialBlockSizes = {1, 2, 16, 32, 64, 256, 1024};
+// Extra sources: entry limits around the tile sizes a kernel walks them in and DeepSeek-V4's 512
+// and 1024 top-k; block sizes of FlashMLA's C128A (2) and C4A (64) caches.
+const std::vector<int64_t> kSpecialExtraEntries = {1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 512, 1023, 1024, 2048, 4096};
+const std::vector<int64_t> kSpecialExtraBlockSizes = {1, 2, 4, 16, 64, 128, 256};
 
 // Integer log-uniform in [lo, hi]: every octave as likely as every other.
 int64_t log_uniform(Rng& rng, int64_t lo, int64_t hi) {
@@ -123,6 +128,50 @@ void draw_magnitudes(Rng& rng, BatchOptions& o) {
   o.scale = static_cast<float>(std::ldexp(default_scale, -max_exponent - scale_exponent));
 }
 
+// An extra source for a drawn configuration (after every other draw, so that a configuration
+// without one is what it was before extra sources existed): its own pool or the window's, every
+// dtype, strides in `kv_unit` bytes, C128A-like (every compressed position) or C4A-like (a top-k
+// of them) entries, lengths from every class token_lens draws, holes, duplicates within and across
+// the sources, ids past its slots, garbage past its entries, and CUDA-graph padding rows.
+void draw_extra(Rng& rng, const ConfigSpace& space, int64_t kv_unit, BatchOptions& o) {
+  ExtraOptions x;
+  const int64_t T = o.num_tokens, D = o.head_dim;
+  x.max_entries = draw_size(rng, 1, space.max_extra_entries, kSpecialExtraEntries);
+  x.index_cols = x.max_entries + (coin(rng, 0.5) ? rng.uniform_int(1, 64) : 0);
+  x.index_row_pad = coin(rng, 0.3) ? rng.uniform_int(1, 7) : 0;
+  x.shares_window_cache = coin(rng, 0.15);
+  x.block_size = draw_size(rng, 1, space.max_extra_block_size, kSpecialExtraBlockSizes);
+  x.kv_row_stride = D + (coin(rng, 0.6) ? padding(rng, kv_unit, 96) : 0);
+  x.kv_block_pad = maybe_padding(rng, kv_unit, 256);
+  x.index_dtype = coin(rng, 0.5) ? DType::kInt32 : DType::kInt64;
+  x.lens_dtype = coin(rng, 0.5) ? DType::kInt32 : DType::kInt64;
+  x.inv_scale_dtype = coin(rng, 0.5) ? DType::kBFloat16 : DType::kFloat32;
+  const bool every_position = coin(rng, 0.4);
+  x.top_k = every_position ? 0 : rng.uniform_int(1, x.index_cols);
+  // A shared cache's entries are context positions (compress_ratio 1 or 4 of them); an own pool's
+  // positions are drawn: up to index_cols when all of them are entries, up to 4 X for a top-k.
+  x.compress_ratio = x.shares_window_cache && coin(rng, 0.5) ? 4 : 1;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t positions;
+    if (x.shares_window_cache) {
+      positions = std::min(o.context_lens[t] / x.compress_ratio, every_position ? x.index_cols : kInt64Max);
+    } else {
+      positions = coin(rng, 0.08) ? 0 : log_uniform(rng, 1, every_position ? x.index_cols : 4 * x.max_entries);
+    }
+    x.positions.push_back(positions);
+    const int64_t entries = every_position ? positions : std::min(x.top_k, positions);
+    x.lens.push_back(token_lens(rng, entries, x.max_entries, x.lens_dtype));
+  }
+  x.hole_fraction = coin(rng, 0.4) ? 0.3 * rng.uniform() : 0.0;
+  x.duplicate_fraction = coin(rng, 0.3) ? 0.3 * rng.uniform() : 0.0;
+  x.out_of_range_fraction = coin(rng, 0.4) ? 0.25 * rng.uniform() : 0.0;
+  x.all_invalid_fraction = coin(rng, 0.2) ? 0.4 * rng.uniform() : 0.0;
+  x.garbage_past_entries = coin(rng, 0.6);
+  x.cross_duplicate_fraction = x.shares_window_cache && coin(rng, 0.6) ? 0.3 * rng.uniform() : 0.0;
+  o.extra = x;
+  if (coin(rng, 0.15)) o.padding_row_fraction = 0.3 * rng.uniform();
+}
+
 const char* class_name(ShapeClass c) {
   switch (c) {
     case ShapeClass::kGeneral: return "general";
@@ -138,8 +187,6 @@ void print_list(std::ostringstream& s, const char* name, const std::vector<T>& v
   for (size_t i = 0; i < values.size(); ++i) s << (i ? "," : "") << values[i];
   s << "]";
 }
-
-int64_t token_macs(const HostBatch& b, int64_t t) { return 2 * b.valid_entries[t] * b.num_heads * b.head_dim; }
 
 uint64_t parse_count(const char* name, const char* text) {
   const std::string value(text);
@@ -219,6 +266,7 @@ void check_job(const Job& job, const std::vector<std::string>& names, const Extr
   std::vector<std::string> failures;
   int64_t macs = 0;
   double seconds = 0.0;
+  std::optional<ReferenceOutputs> reference;  // computed once, for the first family that ran
   for (size_t f = 0; f < job.runs.size() && f < names.size(); ++f) {
     const FamilyRun& run = job.runs[f];
     FamilyTally& tally = tallies[f];
@@ -229,10 +277,15 @@ void check_job(const Job& job, const std::vector<std::string>& names, const Extr
       if (!outputs_untouched(run.outputs)) problems.push_back("skipped (" + run.why_not + ") but wrote out or lse");
     } else {
       tally.ran = 1;
+      tally.ran_with_extra = job.batch->extra ? 1 : 0;
       tally.ran_by_kernel[run.kernel] = 1;
       const auto start = std::chrono::steady_clock::now();
       try {
-        const CheckReport report = check_outputs(*job.batch, run.outputs, job.tokens);
+        if (!reference) {
+          reference = compute_reference(*job.batch, job.tokens);
+          macs += reference_macs(*job.batch, job.tokens);
+        }
+        const CheckReport report = check_against(*job.batch, run.outputs, *reference);
         tally.max_rel_l2 = report.rel_l2;
         tally.max_err_over_tol = report.max_err_over_tol;
         tally.max_lse_err = report.lse_max_err;
@@ -245,7 +298,6 @@ void check_job(const Job& job, const std::vector<std::string>& names, const Extr
         problems.push_back(std::string("the check threw: ") + e.what());
       }
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      macs += reference_macs(*job.batch, job.tokens);
     }
     if (!problems.empty()) {
       tally.failed = 1;
@@ -264,6 +316,7 @@ void check_job(const Job& job, const std::vector<std::string>& names, const Extr
     FamilyTally& total = result.families[f];
     const FamilyTally& one = tallies[f];
     total.ran += one.ran;
+    total.ran_with_extra += one.ran_with_extra;
     total.skipped += one.skipped;
     total.failed += one.failed;
     total.max_rel_l2 = std::max(total.max_rel_l2, one.max_rel_l2);
@@ -291,6 +344,9 @@ ConfigSpace cpu_space() {
                      .misaligned_share = 0.0,
                      .tokens = {.max_small = 6, .max_mid = 12, .min_large = 16, .max_large = 24, .mid_share = 0.2,
                                 .large_share = 0.1, .sm90_large_share = 0.0},
+                     .extra_share = 0.3,
+                     .max_extra_entries = 1024,
+                     .max_extra_block_size = 64,
                      .reference_macs_per_check = std::numeric_limits<int64_t>::max(),
                      .max_checked_tokens = std::numeric_limits<int64_t>::max()};
 }
@@ -385,14 +441,19 @@ RandomConfig draw_config(const ConfigSpace& space, uint64_t seed, int64_t index)
                                                   : (coin(rng, 0.5) ? 1.0 : -1.0) * (0.25 + 1.75 * rng.uniform());
   o.scale = static_cast<float>(scale_factor * default_scale);
   if (coin(rng, 0.1)) draw_magnitudes(rng, o);
+  if (coin(rng, space.extra_share)) draw_extra(rng, space, kv_unit, o);
 
   // What the GPU kernels must say about these shapes (docs/semantics.md: D = 512, cache strides
   // in 4 bytes, q / out strides in 8 elements; strides of size-1 dimensions do not count; the pool
   // always has at least two blocks), and whether sm90 runs them (W <= kSm90Window, cache strides
-  // in 16 bytes).
-  const int64_t kv_block_stride = o.block_size * o.kv_row_stride + o.kv_block_pad;
+  // in 16 bytes). An extra source's cache follows the same rules (a shared one is the window's).
+  auto cache_aligned = [](int64_t block_size, int64_t row_stride, int64_t block_pad, int64_t unit) {
+    return (block_size == 1 || row_stride % unit == 0) && (block_size * row_stride + block_pad) % unit == 0;
+  };
   auto kv_aligned = [&](int64_t unit) {
-    return (o.block_size == 1 || o.kv_row_stride % unit == 0) && kv_block_stride % unit == 0;
+    const ExtraOptions* x = o.extra ? &*o.extra : nullptr;
+    return cache_aligned(o.block_size, o.kv_row_stride, o.kv_block_pad, unit) &&
+           (x == nullptr || x->shares_window_cache || cache_aligned(x->block_size, x->kv_row_stride, x->kv_block_pad, unit));
   };
   auto rows_aligned = [&](int64_t head_stride, int64_t token_stride) {
     return (H == 1 || head_stride % 8 == 0) && (T == 1 || token_stride % 8 == 0);
@@ -424,33 +485,25 @@ std::string RandomConfig::describe() const {
   print_list(s, "lens", o.lens);
   print_list(s, "context", o.context_lens);
   print_list(s, "sinks", o.sinks);
+  if (o.padding_row_fraction > 0.0) s << " padding_rows=" << o.padding_row_fraction;
+  if (o.extra) {
+    const ExtraOptions& x = *o.extra;
+    s << " extra: X=" << x.max_entries << " index_cols=" << x.index_cols << " index_row_pad=" << x.index_row_pad
+      << " shares_window_cache=" << x.shares_window_cache << " compress_ratio=" << x.compress_ratio
+      << " top_k=" << x.top_k << " block_size=" << x.block_size << " kv_row_stride=" << x.kv_row_stride
+      << " kv_block_pad=" << x.kv_block_pad << " indices=" << dtype_name(x.index_dtype)
+      << " lens=" << dtype_name(x.lens_dtype) << " inv_scale=" << dtype_name(x.inv_scale_dtype)
+      << " holes=" << x.hole_fraction << " duplicates=" << x.duplicate_fraction
+      << " out_of_range=" << x.out_of_range_fraction << " all_invalid=" << x.all_invalid_fraction
+      << " garbage_past_entries=" << x.garbage_past_entries << " cross_duplicates=" << x.cross_duplicate_fraction;
+    print_list(s, "extra_positions", x.positions);
+    print_list(s, "extra_lens", x.lens);
+  }
   return s.str();
 }
 
 std::vector<int64_t> choose_checked_tokens(const HostBatch& batch, const ConfigSpace& space, uint64_t seed) {
-  std::vector<int64_t> tokens, others;
-  for (int64_t t = 0; t < batch.num_tokens; ++t) (batch.valid_entries[t] == 0 ? tokens : others).push_back(t);
-  Rng rng(seed);
-  for (int64_t i = static_cast<int64_t>(others.size()) - 1; i > 0; --i) {
-    std::swap(others[i], others[rng.uniform_int(0, i)]);
-  }
-  int64_t macs = 0, taken = 0;
-  for (int64_t t : others) {
-    if (taken >= space.max_checked_tokens) break;
-    const int64_t cost = token_macs(batch, t);
-    if (taken > 0 && cost > space.reference_macs_per_check - macs) continue;  // a cheaper one may fit
-    tokens.push_back(t);
-    macs += cost;
-    ++taken;
-  }
-  std::sort(tokens.begin(), tokens.end());
-  return tokens;
-}
-
-int64_t reference_macs(const HostBatch& batch, const std::vector<int64_t>& tokens) {
-  int64_t macs = 0;
-  for (int64_t t : tokens) macs += token_macs(batch, t);
-  return macs;
+  return budgeted_tokens(batch, space.reference_macs_per_check, space.max_checked_tokens, seed);
 }
 
 RunPlan plan_from_env(int64_t default_count) {
@@ -540,35 +593,41 @@ void print_result(const RandomRunResult& r, const RunPlan& plan) {
 }
 
 std::vector<CoverageMinimum> gpu_coverage_minimums() {
-  // The default draw on a simulated H200 (tests/cpu/test_random_configs_cpu.cpp prints it): free
-  // 968 (727 g1, 132 g1_split4, 40 g2, 69 sm90), portable 968 (729 g1, 132 g1_split4, 107 g2),
-  // sm90 593, of 1000. Every variant must run; the family totals stay near all they can run.
+  // The default draw on a simulated H200 (tests/cpu/test_random_configs_cpu.cpp prints it), of
+  // 1000: 773 without an extra source, on which free runs 753 (573 g1, 90 g1_split4, 34 g2, 56
+  // sm90), portable 753 (575 g1, 90 g1_split4, 88 g2), sm90 455; and 227 with one, of which 215
+  // are kernel-aligned and 127 sm90-shaped. Every variant must run; the family totals stay near
+  // all they can run; each family must run about half of the extra sources it can.
   return {
       {"free", "", 0.85},
       {"free", "portable_mma_g1", 0.35},
       {"free", "portable_mma_g1_split4", 0.06},
       {"free", "portable_mma_g2", 0.02},
       {"free", "sm90_wgmma", 0.03},
+      {"free", "", 0.10, /*with_extra=*/true},
       {"portable", "", 0.85},
       {"portable", "portable_mma_g1", 0.35},
       {"portable", "portable_mma_g1_split4", 0.06},
       {"portable", "portable_mma_g2", 0.05},
+      {"portable", "", 0.10, /*with_extra=*/true},
       {"sm90", "", 0.30},
+      {"sm90", "", 0.06, /*with_extra=*/true},
   };
 }
 
-std::string coverage_shortfall(const FamilyTally& tally, int64_t configs, bool per_kernel) {
+std::string coverage_shortfall(const FamilyTally& tally, int64_t configs, bool per_kernel, bool with_extra) {
   std::string shortfall;
   for (const CoverageMinimum& m : gpu_coverage_minimums()) {
-    if (m.family != tally.family || (!m.kernel.empty() && !per_kernel)) continue;
-    int64_t ran = tally.ran;
+    if (m.family != tally.family || (!m.kernel.empty() && !per_kernel) || (m.with_extra && !with_extra)) continue;
+    int64_t ran = m.with_extra ? tally.ran_with_extra : tally.ran;
     if (!m.kernel.empty()) {
       const auto it = tally.ran_by_kernel.find(m.kernel);
       ran = it == tally.ran_by_kernel.end() ? 0 : it->second;
     }
     const auto minimum = static_cast<int64_t>(std::ceil(m.share * static_cast<double>(configs)));
     if (ran < minimum) {
-      shortfall += "family=" + m.family + " kernel=" + (m.kernel.empty() ? "any" : m.kernel) + " ran " +
+      shortfall += "family=" + m.family + " kernel=" + (m.kernel.empty() ? "any" : m.kernel) +
+                   (m.with_extra ? " with an extra source" : "") + " ran " +
                    std::to_string(ran) + " of " + std::to_string(configs) + " configurations, minimum " +
                    std::to_string(minimum) + "\n";
     }

@@ -17,6 +17,7 @@
 #include "swa_decode/limits.h"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "testing/batch.h"
+#include "testing/check.h"
 #include "testing/device_batch.h"
 
 namespace swa_decode::testing {
@@ -51,6 +52,12 @@ struct ConfigSpace {
   double sm90_share = 0.30;
   double misaligned_share = 0.03;  // valid arguments no GPU kernel runs (decode must say kNotSupported)
   TokenCounts tokens;
+  // Draws with an extra source (docs/semantics.md, "The extra source"): its entry limit X is
+  // log-uniform in [1, max_extra_entries] or one of the sizes where kernels change tiles; its pool
+  // its own (blocks of up to max_extra_block_size) or the window's; every dtype and stride.
+  double extra_share = 0.25;
+  int64_t max_extra_entries = 4096;
+  int64_t max_extra_block_size = 256;
   // The reference check of one family's outputs compares every empty token and, of the others, at
   // most max_checked_tokens within this many multiply-adds (at least one token). The reference
   // runs ~0.5-1 GMAC/s per core (plain double loops): 6M multiply-adds is ~6-12 ms per check.
@@ -61,7 +68,7 @@ struct ConfigSpace {
 // D = 512, every GPU shape and stride, 30% shaped for sm90, 3% misaligned.
 ConfigSpace gpu_space();
 // D in {1, 8, 13, 16, 64}, H <= 20, any stride (the CPU backend runs every valid argument set),
-// every token checked.
+// extra sources in 30% of the draws with X <= 1024, every token checked.
 ConfigSpace cpu_space();
 
 enum class ShapeClass { kGeneral, kSm90, kMisaligned };
@@ -72,16 +79,15 @@ struct RandomConfig {
   ShapeClass shape_class = ShapeClass::kGeneral;
   BatchOptions options;       // every stride explicit (no 0 = default)
   bool kernel_aligned = true;  // D = 512 and strides the GPU kernels run (docs/semantics.md)
-  bool sm90_shaped = false;    // kernel_aligned, W <= kSm90Window and 16-byte cache strides
+  bool sm90_shaped = false;    // kernel_aligned, W <= kSm90Window and 16-byte cache strides (both caches)
   std::string describe() const;  // every option on one line
 };
 
 RandomConfig draw_config(const ConfigSpace& space, uint64_t seed, int64_t index);
 
-// The tokens one family's check compares (see ConfigSpace::reference_macs_per_check), sorted.
+// The tokens a configuration's check compares (budgeted_tokens within ConfigSpace's
+// reference_macs_per_check and max_checked_tokens), sorted.
 std::vector<int64_t> choose_checked_tokens(const HostBatch& batch, const ConfigSpace& space, uint64_t seed);
-// Multiply-adds the float64 reference spends on `tokens`: q.k and p.v over their valid entries.
-int64_t reference_macs(const HostBatch& batch, const std::vector<int64_t>& tokens);
 
 // Which configurations to run, from the environment: SWA_DECODE_RANDOM_SEED (default kDefaultRandomSeed),
 // SWA_DECODE_RANDOM_CONFIG=N (only configuration N) or SWA_DECODE_RANDOM_CONFIGS=count (the first
@@ -113,6 +119,7 @@ using ExtraCheck = std::function<std::string(const HostBatch&, const Outputs&, c
 struct FamilyTally {
   std::string family;
   int64_t ran = 0, skipped = 0, failed = 0;
+  int64_t ran_with_extra = 0;  // of `ran`, configurations with an extra source
   double max_rel_l2 = 0.0, max_err_over_tol = 0.0, max_lse_err = 0.0;
   std::map<std::string, int64_t> ran_by_kernel;
 };
@@ -121,7 +128,7 @@ struct RandomRunResult {
   std::vector<FamilyTally> families;  // in the order of the family names
   int64_t configs = 0;
   int64_t failed_configs = 0;
-  int64_t reference_macs = 0;       // over every check of every family
+  int64_t reference_macs = 0;       // over every configuration's reference (one, shared by its families)
   double reference_seconds = 0.0;   // time in the checks, summed over the worker threads
   double wall_seconds = 0.0;
   int threads = 1;
@@ -150,12 +157,13 @@ struct CoverageMinimum {
   std::string family;
   std::string kernel;  // empty: any kernel of the family
   double share;        // of the configurations run
+  bool with_extra = false;  // count only the runs of configurations with an extra source
 };
 std::vector<CoverageMinimum> gpu_coverage_minimums();
 // Applied only from this many configurations on (a replay of one configuration runs no minimum).
 inline constexpr int64_t kMinConfigsForCoverage = 200;
-// "" when `tally` clears every minimum of its family (the per-kernel ones only if asked); else one
-// line per minimum missed.
-std::string coverage_shortfall(const FamilyTally& tally, int64_t configs, bool per_kernel);
+// "" when `tally` clears every minimum of its family (the per-kernel ones only if asked, the
+// extra-source ones only if `with_extra`); else one line per minimum missed.
+std::string coverage_shortfall(const FamilyTally& tally, int64_t configs, bool per_kernel, bool with_extra = true);
 
 }  // namespace swa_decode::testing

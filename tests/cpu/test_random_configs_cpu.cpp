@@ -40,18 +40,25 @@ constexpr int64_t kCpuRandomConfigs = 1000;
 constexpr long double kInfL = std::numeric_limits<long double>::infinity();
 constexpr int kMaxReportedMismatches = 6;
 
-// Token t's valid entries as the oracle sees them: each live row dequantized, [entries, D].
+// Token t's valid entries as the oracle sees them, the window's then the extra source's, each
+// live row (of the source's own pool, or of the window's for an extra source sharing it)
+// dequantized: [entries, D].
 std::vector<long double> oracle_keys(const st::HostBatch& b, int64_t t) {
   std::vector<long double> keys;
-  const int64_t columns = columns_in_window(b.lens[t], static_cast<int32_t>(b.window_size));
-  for (int64_t c = 0; c < columns; ++c) {
-    const int64_t slot = b.indices[t * b.index_stride + c];
-    if (!slot_is_valid(slot, b.num_slots)) continue;
-    const auto live = static_cast<size_t>(std::lower_bound(b.live_slots.begin(), b.live_slots.end(), slot) -
-                                          b.live_slots.begin());
-    const uint8_t* codes = &b.live_rows[live * b.head_dim];
-    for (int64_t d = 0; d < b.head_dim; ++d) {
-      keys.push_back(static_cast<long double>(st::e4m3_to_double(codes[d])) * b.live_scales[live]);
+  const st::HostSource* sources[] = {&b.window(), b.extra ? &*b.extra : nullptr};
+  for (const st::HostSource* source : sources) {
+    if (source == nullptr) continue;
+    const st::HostSource& pool = b.rows_of(*source);
+    const int64_t columns = columns_in_window(source->lens[t], static_cast<int32_t>(source->max_entries));
+    for (int64_t c = 0; c < columns; ++c) {
+      const int64_t slot = source->indices[t * source->index_stride + c];
+      if (!slot_is_valid(slot, source->num_slots)) continue;
+      const auto live = static_cast<size_t>(std::lower_bound(pool.live_slots.begin(), pool.live_slots.end(), slot) -
+                                            pool.live_slots.begin());
+      const uint8_t* codes = &pool.live_rows[live * b.head_dim];
+      for (int64_t d = 0; d < b.head_dim; ++d) {
+        keys.push_back(static_cast<long double>(st::e4m3_to_double(codes[d])) * pool.live_scales[live]);
+      }
     }
   }
   return keys;
@@ -116,7 +123,8 @@ std::string oracle_check(const st::HostBatch& b, const st::Outputs& o, const std
         if (!(std::fabs(static_cast<long double>(got) - want.out[d]) <= bound)) {
           std::ostringstream line;
           line << "oracle: out[t=" << t << ", h=" << h << ", d=" << d << "] = " << got << ", oracle "
-               << static_cast<double>(want.out[d]) << " (lens " << b.lens[t] << ", entries " << entries
+               << static_cast<double>(want.out[d]) << " (lens " << b.lens[t]
+               << (b.extra ? ", extra lens " + std::to_string(b.extra->lens[t]) : std::string()) << ", entries " << entries
                << ", sink " << (b.sinks.empty() ? "none" : std::to_string(b.sinks[h])) << ")";
           note(line.str());
         }
@@ -140,6 +148,60 @@ std::string oracle_check(const st::HostBatch& b, const st::Outputs& o, const std
 // ---- What the draws hold: every case the semantics name must occur ----
 
 using Census = std::map<std::string, int64_t>;
+
+// The extra source's cases (docs/semantics.md, "The extra source"), by configuration, token and id.
+void take_extra_census(const st::RandomConfig& config, const st::HostBatch& b, Census& census) {
+  const st::ExtraOptions& o = *config.options.extra;
+  const st::HostSource& x = *b.extra;
+  const int64_t X = x.max_entries, S_x = x.num_slots;
+  census["extra config"] += 1;
+  census["extra indices=" + dtype_name(x.index_dtype)] += 1;
+  census["extra lens=" + dtype_name(x.lens_dtype)] += 1;
+  census["extra inv_scale=" + dtype_name(x.inv_scale_dtype)] += !x.shares_window_cache;
+  census[x.shares_window_cache ? "extra shares the window's cache" : "extra own pool"] += 1;
+  census[o.top_k == 0 ? "extra every position" : "extra top-k"] += 1;
+  census["extra X=1"] += X == 1;
+  census["extra X>=512"] += X >= 512;
+  census["extra block_size=1"] += !x.shares_window_cache && x.block_size == 1;
+  census["extra kv_row_stride>D"] += !x.shares_window_cache && x.kv_row_stride > b.head_dim;
+  census["extra kv_block_pad>0"] += !x.shares_window_cache && x.kv_block_stride > x.block_size * x.kv_row_stride;
+  census["extra index_cols>X"] += x.index_cols > X;
+  census["extra index_row_pad>0"] += x.index_stride > x.index_cols;
+  census["extra garbage past the entries"] += o.garbage_past_entries;
+  census["config padding rows"] += config.options.padding_row_fraction > 0.0;
+  for (int64_t t = 0; t < b.num_tokens; ++t) {
+    const int64_t len = x.lens[t];
+    census[len < 0 ? "extra token lens<0" : len == 0 ? "extra token lens=0" : len <= X ? "extra token 0<lens<=X"
+                                                                                        : "extra token lens>X"] += 1;
+    const bool window_empty = b.entries[t] == 0, extra_empty = x.entries[t] == 0;
+    census[window_empty ? (extra_empty ? "token empty in both sources" : "token empty window, extra entries")
+                        : (extra_empty ? "token window entries, empty extra" : "token entries in both sources")] += 1;
+    census["token padding row (lens 0 in both)"] += b.lens[t] == 0 && len == 0;
+    std::vector<int64_t> window_slots, extra_slots;
+    for (int64_t c = 0; c < columns_in_window(b.lens[t], static_cast<int32_t>(b.window_size)); ++c) {
+      const int64_t id = b.indices[t * b.index_stride + c];
+      if (slot_is_valid(id, b.num_slots)) window_slots.push_back(id);
+    }
+    for (int64_t c = 0; c < x.index_cols; ++c) {
+      const int64_t id = x.indices[t * x.index_stride + c];
+      if (c < x.columns(t) && slot_is_valid(id, S_x)) extra_slots.push_back(id);
+      const char* kind = id == -1              ? "extra id -1"
+                         : id < 0              ? "extra id other negative"
+                         : id >= S_x && id < b.num_slots ? "extra id in [S_x, S): a window slot past its pool"
+                         : id >= S_x           ? "extra id >=S_x"
+                                               : nullptr;
+      if (kind != nullptr) census[kind] += 1;
+    }
+    std::sort(extra_slots.begin(), extra_slots.end());
+    census["token with duplicate extra entries"] += std::adjacent_find(extra_slots.begin(), extra_slots.end()) != extra_slots.end();
+    if (x.shares_window_cache) {
+      const bool across = std::any_of(window_slots.begin(), window_slots.end(), [&](int64_t slot) {
+        return std::binary_search(extra_slots.begin(), extra_slots.end(), slot);
+      });
+      census["token with a slot in both sources"] += across;
+    }
+  }
+}
 
 // Counts configurations, tokens, heads and index entries by the case they exercise.
 void take_census(const st::RandomConfig& config, const st::HostBatch& b, Census& census) {
@@ -200,6 +262,7 @@ void take_census(const st::RandomConfig& config, const st::HostBatch& b, Census&
     std::sort(valid.begin(), valid.end());
     census["token with duplicate entries"] += std::adjacent_find(valid.begin(), valid.end()) != valid.end();
   }
+  if (b.extra) take_extra_census(config, b, census);
 }
 
 // Every case the semantics name, drawn at least `minimum` times (configurations, tokens, heads or
@@ -215,6 +278,17 @@ std::string census_shortfall(const Census& census, bool gpu, int64_t minimum) {
       "token lens=dtype max", "token lens=INT32_MAX", "token lens>INT32_MAX", "token W<lens<INT32_MAX",
       "token empty", "token with entries", "token with duplicate entries", "id -1", "id other negative", "id =S",
       "id >S", "id INT32_MAX", "id >=2^32", "id >=2^40"};
+  const std::vector<std::string> extra_cases = {
+      "extra config", "extra indices=int32", "extra indices=int64", "extra lens=int32", "extra lens=int64",
+      "extra inv_scale=bf16", "extra inv_scale=fp32", "extra shares the window's cache", "extra own pool",
+      "extra every position", "extra top-k", "extra X=1", "extra X>=512", "extra block_size=1",
+      "extra kv_row_stride>D", "extra kv_block_pad>0", "extra index_cols>X", "extra index_row_pad>0",
+      "extra garbage past the entries", "config padding rows", "extra token lens<0", "extra token lens=0",
+      "extra token 0<lens<=X", "extra token lens>X", "token empty in both sources", "token empty window, extra entries",
+      "token window entries, empty extra", "token entries in both sources", "token padding row (lens 0 in both)",
+      "extra id -1", "extra id other negative", "extra id in [S_x, S): a window slot past its pool", "extra id >=S_x",
+      "token with duplicate extra entries", "token with a slot in both sources"};
+  required.insert(required.end(), extra_cases.begin(), extra_cases.end());
   if (gpu) required.push_back("config block_size>=512");
   for (DType index : {DType::kInt32, DType::kInt64}) {
     for (DType lens : {DType::kInt32, DType::kInt64}) {
@@ -293,22 +367,42 @@ DecodeArgs simulated_device_args(const st::HostBatch& batch) {
       .attn_sink = batch.sinks.empty() ? nullptr : static_cast<const float*>(address(6)),
       .lse = batch.options.with_lse ? static_cast<float*>(address(7)) : nullptr,
       .out = address(8),
+      .extra_kv_cache = batch.extra && batch.extra->shares_window_cache ? address(2) : address(9),
+      .extra_inv_scale = batch.extra && batch.extra->shares_window_cache ? address(3) : address(10),
+      .extra_indices = address(11),
+      .extra_lens = address(12),
   };
   return st::batch_args(batch, at, batch.num_tokens, Backend::kCuda, nullptr);
+}
+
+// Whether a family (kNone: any) runs an extra source on an H200, asked of the selection for a
+// C4A-like shape every kernel that reads one should run (H = 64, T = 128, W = 128, 512 entries,
+// 16-byte rows). Until a family's kernel reads extra sources its record refuses them.
+bool reads_extra_source(KernelId family) {
+  const DecodeShape c4a{.num_tokens = 128, .num_heads = 64, .head_dim = kGpuHeadDim, .window_size = 128,
+                        .kv_row_alignment = 16, .q_out_aligned_16 = true, .kv_last_row_offset = int64_t{1} << 20,
+                        .has_extra = true, .extra_max_entries = 512, .extra_kv_row_alignment = 16,
+                        .extra_kv_last_row_offset = int64_t{1} << 20};
+  return select_kernel(c4a, kH200, family).id() != KernelId::kNone;
 }
 
 TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
   const std::vector<std::pair<std::string, KernelId>> families = {
       {"free", KernelId::kNone}, {"portable", KernelId::kPortableMma}, {"sm90", KernelId::kSm90Wgmma}};
-  std::vector<st::FamilyTally> tallies;
+  // Per family: every configuration, and those without an extra source (the coverage of a family
+  // that reads no extra source yet is judged on these alone).
+  std::vector<st::FamilyTally> tallies, window_only_tallies;
+  std::vector<bool> reads_extra;
   for (const auto& family : families) {
     st::FamilyTally tally;
     tally.family = family.first;
     tallies.push_back(tally);
+    window_only_tallies.push_back(tally);
+    reads_extra.push_back(reads_extra_source(family.second));
   }
   const bool sm90_built = sm90_kernel_built();
   Census census;
-  int64_t sm90_class = 0, misaligned_class = 0, large_tokens = 0, largest_pool = 0;
+  int64_t sm90_class = 0, misaligned_class = 0, large_tokens = 0, with_extra = 0, largest_pool = 0;
   const st::RunPlan plan = st::plan_from_env(st::kGpuRandomConfigs);  // the GPU test's plan
   for (int64_t index = plan.first; index < plan.first + plan.count; ++index) {
     const st::RandomConfig config = st::draw_config(st::gpu_space(), plan.seed, index);
@@ -316,9 +410,10 @@ TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
     sm90_class += config.shape_class == st::ShapeClass::kSm90;
     misaligned_class += config.shape_class == st::ShapeClass::kMisaligned;
     large_tokens += config.options.num_tokens >= 64;
+    with_extra += config.options.extra.has_value();
     const st::HostBatch batch = st::make_batch(config.options);
     take_census(config, batch, census);
-    largest_pool = std::max(largest_pool, batch.kv_cache_bytes());
+    largest_pool = std::max(largest_pool, batch.kv_cache_bytes() + (batch.extra ? batch.extra->kv_cache_bytes() : 0));
     const DecodeArgs args = simulated_device_args(batch);
     const Status valid = validate_args(args);
     ASSERT_TRUE(valid.ok()) << valid.message;
@@ -326,34 +421,46 @@ TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
     for (size_t f = 0; f < families.size(); ++f) {
       const KernelChoice choice = select_kernel(shape, kH200, families[f].second);
       const bool ran = choice.id() != KernelId::kNone;
-      const bool expected = families[f].second == KernelId::kSm90Wgmma ? sm90_built && config.sm90_shaped
-                                                                       : config.kernel_aligned;
+      const bool aligned = families[f].second == KernelId::kSm90Wgmma ? sm90_built && config.sm90_shaped
+                                                                      : config.kernel_aligned;
+      const bool expected = aligned && (!batch.extra || reads_extra[f]);
       EXPECT_EQ(ran, expected) << families[f].first << ": " << choice.plan.name << choice.why_not;
-      st::FamilyTally& tally = tallies[f];
-      tally.ran += ran;
-      tally.skipped += !ran;
-      if (ran) tally.ran_by_kernel[choice.plan.name] += 1;
+      for (st::FamilyTally* tally : {&tallies[f], batch.extra ? nullptr : &window_only_tallies[f]}) {
+        if (tally == nullptr) continue;
+        tally->ran += ran;
+        tally->ran_with_extra += ran && batch.extra;
+        tally->skipped += !ran;
+        if (ran) tally->ran_by_kernel[choice.plan.name] += 1;
+      }
     }
   }
   std::printf("random-configs (simulated H200, seed %llu): %lld configurations, %lld sm90-shaped class, %lld "
-              "misaligned class, %lld with T >= 64, largest cache pool %.1f MiB\n",
+              "misaligned class, %lld with T >= 64, %lld with an extra source, largest cache pools %.1f MiB\n",
               static_cast<unsigned long long>(plan.seed), static_cast<long long>(plan.count),
               static_cast<long long>(sm90_class), static_cast<long long>(misaligned_class),
-              static_cast<long long>(large_tokens), static_cast<double>(largest_pool) / (1 << 20));
+              static_cast<long long>(large_tokens), static_cast<long long>(with_extra),
+              static_cast<double>(largest_pool) / (1 << 20));
   const bool enough = !plan.single && plan.count >= st::kMinConfigsForCoverage;
   print_census(census, "gpu draw");
   if (enough) {
     EXPECT_EQ(census_shortfall(census, /*gpu=*/true, 3), "");
   }
-  for (const st::FamilyTally& tally : tallies) {
-    std::printf("random-configs (simulated H200): family=%s ran=%lld skipped=%lld\n", tally.family.c_str(),
-                static_cast<long long>(tally.ran), static_cast<long long>(tally.skipped));
-    for (const auto& [kernel, count] : tally.ran_by_kernel) {
+  for (size_t f = 0; f < families.size(); ++f) {
+    // A family that reads no extra source is held to the minimums on the configurations without one.
+    const st::FamilyTally& tally = reads_extra[f] ? tallies[f] : window_only_tallies[f];
+    const int64_t configs = reads_extra[f] ? plan.count : plan.count - with_extra;
+    std::printf("random-configs (simulated H200): family=%s ran=%lld (with an extra source %lld) skipped=%lld%s\n",
+                tallies[f].family.c_str(), static_cast<long long>(tallies[f].ran),
+                static_cast<long long>(tallies[f].ran_with_extra), static_cast<long long>(tallies[f].skipped),
+                reads_extra[f] ? "" : "; reads no extra source yet: minimums on the configurations without one");
+    for (const auto& [kernel, count] : tallies[f].ran_by_kernel) {
       std::printf("random-configs (simulated H200): family=%s kernel=%s ran=%lld\n", tally.family.c_str(),
                   kernel.c_str(), static_cast<long long>(count));
     }
     if (!enough || (tally.family == "sm90" && !sm90_built)) continue;
-    EXPECT_EQ(st::coverage_shortfall(tally, plan.count, /*per_kernel=*/sm90_built || tally.family == "portable"), "");
+    EXPECT_EQ(st::coverage_shortfall(tally, configs, /*per_kernel=*/sm90_built || tally.family == "portable",
+                                     /*with_extra=*/reads_extra[f]),
+              "");
   }
 }
 

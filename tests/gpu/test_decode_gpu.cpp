@@ -34,6 +34,7 @@
 #include "testing/device_buffer.h"
 #include "testing/host_numerics.h"
 #include "testing/kernel_under_test.h"
+#include "tests/gpu/gpu_test.h"
 
 namespace {
 
@@ -56,69 +57,7 @@ st::BatchOptions edge_options(int64_t num_tokens, int64_t num_heads, uint64_t se
   return o;
 }
 
-std::string describe(const st::BatchOptions& o) {
-  return "T=" + std::to_string(o.num_tokens) + " H=" + std::to_string(o.num_heads) +
-         " W=" + std::to_string(o.window_size) + " index_cols=" + std::to_string(o.index_cols) +
-         " indices=" + (o.index_dtype == DType::kInt32 ? "int32" : "int64") +
-         " lens=" + (o.lens_dtype == DType::kInt32 ? "int32" : "int64") +
-         " inv_scale=" + (o.inv_scale_dtype == DType::kFloat32 ? "fp32" : "bf16") +
-         " seed=" + std::to_string(o.seed);
-}
-
-// Every GPU test: skips without a device, and decides each of its cases on the kernel under test.
-class GpuTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    try {
-      kernel_ = st::kernel_under_test_from_environment();
-    } catch (const std::invalid_argument& e) {
-      FAIL() << e.what();
-    }
-    tally_ = st::CaseTally(kernel_.family);
-    if (!st::cuda_device_available()) GTEST_SKIP() << "no CUDA device: GPU tests skipped";
-  }
-
-  void TearDown() override {
-    if (tally_.every_case_skipped()) {
-      if (!HasFailure()) GTEST_SKIP() << tally_.skip_message();
-    } else if (tally_.skipped() > 0) {
-      RecordProperty("kernel_under_test_skipped_cases", static_cast<int>(tally_.skipped()));
-      std::printf("%s\n", tally_.partly_skipped_line().c_str());
-      std::fflush(stdout);
-    }
-  }
-
-  // Whether the case with these arguments runs on the kernel under test (then through
-  // run_decode); a skipped case is tallied, a case no kernel can run fails the test.
-  bool admit(const swa_decode::DecodeArgs& args) {
-    const st::CaseDecision decision = st::decide_case_on_device(kernel_, args);
-    tally_.count(decision);
-    if (decision.action == st::CaseAction::kFail) ADD_FAILURE() << "no kernel can run this case: " << decision.why_not;
-    return decision.action == st::CaseAction::kRun;
-  }
-
-  swa_decode::Status run_decode(const swa_decode::DecodeArgs& args) const { return st::decode_on(kernel_, args); }
-
-  // One case: generates, uploads, runs decode on pre-poisoned outputs and compares with the reference.
-  void expect_matches_reference(const st::BatchOptions& options) {
-    SCOPED_TRACE(describe(options));
-    const st::HostBatch batch = st::make_batch(options);
-    st::DeviceBatch device = st::upload_batch(batch);
-    st::Stream stream;
-    const swa_decode::DecodeArgs args = st::device_args(batch, device, 0, batch.num_tokens, stream.get());
-    if (!admit(args)) return;
-    st::poison_outputs(device, stream.get());
-    const swa_decode::Status status = run_decode(args);
-    ASSERT_TRUE(status.ok()) << status.message;
-    stream.synchronize();
-    const st::CheckReport report = st::check_outputs(batch, st::download_outputs(device));
-    EXPECT_TRUE(report.ok) << report.summary() << "\n" << report.failures;
-  }
-
- private:
-  st::KernelUnderTest kernel_;
-  st::CaseTally tally_{kernel_.family};
-};
+using st::GpuTest;
 
 class GpuDecode : public GpuTest {};
 

@@ -1,4 +1,4 @@
-// `swa-decode bench` without a GPU: the CPU backend on a small batch, checked, never timed.
+// `swa-decode bench` without a GPU: the CPU backend on a small batch of the layer, checked, never timed.
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -7,6 +7,8 @@
 #include "testing/batch.h"
 #include "testing/check.h"
 #include "testing/device_batch.h"
+#include "testing/layer.h"
+#include "testing/parallel_for.h"
 #include "tools/swa_decode_cli/bench.h"
 
 namespace swa_decode::cli {
@@ -20,22 +22,16 @@ bool run_bench_cpu(const BenchOptions& o, BenchReport& report) {
   std::printf("swa-decode bench: NO CUDA DEVICE FOUND. Running the CPU backend (Backend::kCpu, the float64\n"
               "reference) on a small batch instead: T = %lld, H = %lld, W = %lld, D = %lld (--tokens is ignored).\n"
               "This checks the argument path, the poisoning and the bf16/lse outputs; it is not a benchmark and\n"
-              "no timing is meaningful, so none is reported. commit %s%s, library %s\n\n",
+              "no timing is meaningful, so none is reported (nor any floor). commit %s%s, library %s\n",
               static_cast<long long>(kTokens), static_cast<long long>(heads),
               static_cast<long long>(o.window_size), static_cast<long long>(kGpuHeadDim), report.commit.c_str(),
               report.commit_dirty ? " (+ uncommitted changes)" : "", swa_decode::version());
+  std::printf("%s\n", describe_inputs(o).c_str());
 
-  st::BatchOptions bo;
-  bo.num_tokens = kTokens;
-  bo.num_heads = heads;
-  bo.head_dim = kGpuHeadDim;
-  bo.window_size = o.window_size;
-  bo.index_dtype = o.index_dtype;
-  bo.lens_dtype = o.index_dtype;
-  bo.with_sink = true;
-  bo.with_lse = true;
-  bo.seed = o.seed;
-  const st::HostBatch batch = st::make_batch(bo);
+  // The top-k a c4a layer takes by default follows the heads asked for, not the 16 run here.
+  st::LayerSpec layer = o.layer;
+  if (layer.kind == st::LayerKind::kC4a && layer.top_k == 0) layer.top_k = st::default_top_k(o.num_heads);
+  const st::HostBatch batch = st::make_batch(st::layer_options(layer, kTokens, heads, o.window_size, o.index_dtype, o.seed));
   st::HostTensors tensors = st::materialize_host(batch);
   const DecodeArgs args = st::host_args(batch, tensors);
   const SupportInfo support = query_support(args);
@@ -44,24 +40,20 @@ bool run_bench_cpu(const BenchOptions& o, BenchReport& report) {
   if (!status.ok()) throw std::runtime_error("decode (CPU backend) failed: " + status.message);
 
   const st::Outputs outputs{.out = tensors.out, .lse = tensors.lse};
-  const st::CheckReport check = st::check_outputs(batch, outputs);
+  const st::CheckReport check = st::check_outputs(batch, outputs, {}, {}, st::host_threads());
   if (!check.ok) std::printf("%s\n%s", check.summary().c_str(), check.failures.c_str());
 
   BenchRow row;
   row.tokens = kTokens;
   row.heads = heads;
   row.window = o.window_size;
+  row.layer = st::layer_name(o.layer.kind);
   row.kernel = support.kernel;
   row.selected = true;
   row.index_type = dtype_label(o.index_dtype);
-  row.bytes = batch.floor_bytes(0, kTokens);
-  row.valid_per_token = static_cast<double>(batch.total_valid_entries(0, kTokens)) / kTokens;
+  describe_batch(batch, 1, row);
   row.input_sets = 1;
-  row.tokens_checked = check.tokens_compared;
-  row.tokens_scanned = check.tokens_total;
-  row.max_err = check.max_abs_err;
-  row.rel_l2 = check.rel_l2;
-  row.check_ok = check.ok;
+  record_check(check, row);
   print_table_header();
   print_row(row);
   report.rows.push_back(row);

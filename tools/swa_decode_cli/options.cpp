@@ -1,5 +1,7 @@
 #include "tools/swa_decode_cli/options.h"
 
+#include <cmath>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,18 +45,38 @@ const char* usage() {
       if (!tokens.empty()) tokens += ',';
       tokens += std::to_string(t);
     }
+    using testing::LayerKind;
+    auto context_line = [](LayerKind kind) {
+      return std::string(testing::layer_name(kind)) + " " + std::to_string(testing::default_mean_context(kind)) +
+             ", at most " + std::to_string(testing::max_mean_context(kind));
+    };
     return std::string(
                "usage: swa-decode bench [options]\n"
                "       swa-decode --help\n"
                "\n"
-               "bench: builds a realistic DeepSeek-V4 decode batch per T (every request its own context\n"
-               "length in 1..8192, KV blocks of 256 scattered over a pool, window = its last min(len, W)\n"
-               "positions padded with -1, every unused cache slot poisoned with NaN), runs the decode,\n"
-               "checks it against the float64 CPU reference, and times CUDA-graph replays rotated over\n"
-               "input sets larger than L2 against the copy bandwidth measured in the same run.\n"
+               "bench: builds a realistic DeepSeek-V4 decode batch of one layer per T (every request its own\n"
+               "context length, KV blocks of 256 scattered over a pool, window = its last min(len, W)\n"
+               "positions padded with -1, every unused cache slot of every pool poisoned with NaN), runs the\n"
+               "decode, checks it against the float64 CPU reference, and times CUDA-graph replays rotated\n"
+               "over input sets larger than L2 against the floor: the larger of bytes / copy bandwidth and\n"
+               "FLOPs / bf16 matmul rate (cuBLAS, 8192^3), both measured in the same run.\n"
                "Without a GPU it runs the CPU path on a small batch and says that no timing is meaningful.\n"
                "\n"
+               "layers (contexts uniform in 1..2 x the mean context):\n"
+               "  swa    the window alone (contexts 1..8192 by default)\n"
+               "  c4a    the window + a top-k of the context / 4 compressed entries, drawn without\n"
+               "         replacement, in a cache of blocks of 64; 1 row in 32 a padding row (lens 0)\n"
+               "  c128a  the window + every one of the context / 128 compressed entries, in a cache of blocks\n"
+               "         of 2 (a mean context of 65536 gives 512 entries, of 1048576 8192); padding rows too\n"
+               "\n"
                "options:\n") +
+           "  --layer swa|c4a|c128a  the layer (default swa)\n"
+           "  --context N            mean context length (default " + context_line(LayerKind::kSwa) + "; " +
+           context_line(LayerKind::kC4a) + ";\n"
+           "                         " + context_line(LayerKind::kC128a) + ")\n" +
+           "  --extra-entries K      c4a only: the top-k, 1.." + std::to_string(kMaxExtraEntries) + " (default " +
+           std::to_string(testing::default_top_k(1)) + ", " + std::to_string(testing::default_top_k(kMaxGpuHeads)) +
+           " at H >= 128)\n" +
            "  --heads H              query heads, 1.." + std::to_string(kMaxGpuHeads) + " (default " +
            std::to_string(defaults.num_heads) + ")\n" +
            "  --window W             window_size, 1.." + std::to_string(kMaxWindow) + " (default " +
@@ -63,14 +85,41 @@ const char* usage() {
            "  --json FILE            also write the results as JSON\n"
            "  --seed N               seed of the generated inputs (default " + std::to_string(defaults.seed) + ")\n" +
            "  --index-type int32|int64  dtype of indices and lens (default int32)\n"
-           "  --check-tokens N       tokens per T compared against the reference (default " +
-           std::to_string(defaults.check_tokens) + ")\n" +
+           "  --check-tokens N       tokens per T compared against the reference, at most (default " +
+           std::to_string(defaults.check_tokens) + "; fewer where\n" +
+           "                         they would cost the reference more than a few seconds; padding rows besides)\n" +
            "  --kernel " + kernel_choices("|") + "  kernel family to time (default auto: what decode() picks;\n" +
            "                         all: one row per family that runs the shape)\n"
            "\n"
            "exit status: 0 when every check passed, 1 when a check failed, 2 on a usage or run error.\n";
   }();
   return text.c_str();
+}
+
+std::string describe_inputs(const BenchOptions& o) {
+  using testing::LayerKind;
+  const LayerKind kind = o.layer.kind;
+  const int64_t mean = o.layer.mean_context != 0 ? o.layer.mean_context : testing::default_mean_context(kind);
+  std::string text = std::string("inputs: DeepSeek-V4 ") + testing::layer_name(kind) + " layer, D = " +
+                     std::to_string(kGpuHeadDim) + ", W = " + std::to_string(o.window_size) +
+                     ", contexts uniform in 1.." + std::to_string(2 * mean) + " (mean " + std::to_string(mean) +
+                     "), window blocks of 256 scattered over a pool of " +
+                     (kind == LayerKind::kSwa ? "the whole contexts" : "the windows' blocks");
+  if (kind == LayerKind::kC4a) {
+    const int64_t top_k = o.layer.top_k != 0 ? o.layer.top_k : testing::default_top_k(o.num_heads);
+    text += ";\n  extra: a top-" + std::to_string(top_k) + " of the context / " +
+            std::to_string(testing::kC4aCompressRatio) + " compressed entries in a pool of blocks of " +
+            std::to_string(testing::kC4aBlockSize);
+  } else if (kind == LayerKind::kC128a) {
+    text += ";\n  extra: every one of the context / " + std::to_string(testing::kC128aCompressRatio) +
+            " compressed entries in a pool of blocks of " + std::to_string(testing::kC128aBlockSize);
+  }
+  if (kind != LayerKind::kSwa) {
+    text += "; 1 row in " + std::to_string(std::llround(1.0 / testing::kLayerPaddingRowFraction)) +
+            " a padding row (lens 0 in both sources)";
+  }
+  return text + ";\n  " + (o.index_dtype == DType::kInt32 ? "int32" : "int64") +
+         " ids and lens, bf16 scales, sinks, lse on; unused slots of every pool poisoned with NaN\n";
 }
 
 BenchOptions parse_bench_options(const std::vector<std::string>& args) {
@@ -81,7 +130,16 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw std::invalid_argument(flag + " expects a value");
       return args[++i];
     };
-    if (flag == "--heads") {
+    if (flag == "--layer") {
+      const std::string& name = value();
+      const std::optional<testing::LayerKind> kind = testing::parse_layer(name);
+      if (!kind) throw std::invalid_argument("--layer expects swa, c4a or c128a, got '" + name + "'");
+      o.layer.kind = *kind;
+    } else if (flag == "--context") {
+      o.layer.mean_context = parse_int(flag, value(), 1);
+    } else if (flag == "--extra-entries") {
+      o.layer.top_k = parse_int(flag, value(), 1);
+    } else if (flag == "--heads") {
       o.num_heads = parse_int(flag, value(), 1);
     } else if (flag == "--window") {
       o.window_size = parse_int(flag, value(), 1);
@@ -120,6 +178,10 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
     } else {
       throw std::invalid_argument("unknown option '" + flag + "'");
     }
+  }
+  if (const std::string problem = testing::layer_problem(o.layer, o.num_heads); !problem.empty()) {
+    throw std::invalid_argument("--layer " + std::string(testing::layer_name(o.layer.kind)) +
+                                " with --context / --extra-entries: " + problem);
   }
   return o;
 }
