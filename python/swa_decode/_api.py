@@ -1,8 +1,8 @@
 """The public Python functions. Checked here: only what the native layer cannot see (Python types,
-integer arguments that must not be truncated, torch devices, the 3-D indices and the longer index
-and length tensors of the seed, dtypes DLPack cannot carry); everything else (shapes, strides,
-ranges, dtypes, what the GPU supports) is checked once in the binding or in C++ and raised from
-there."""
+integer arguments that must not be truncated, torch devices, the longer index and length tensors of
+the seed, dtypes DLPack cannot carry); everything else (shapes, strides, ranges, dtypes, the
+(1, T, W) indices, the defaults of scale and window_size, what the GPU supports) is checked or
+decided once in the binding or in C++ and raised from there."""
 
 from __future__ import annotations
 
@@ -72,6 +72,8 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     block_size = _int_arg("block_size", block_size)
     if window_size is not None:
         window_size = _int_arg("window_size", window_size)
+    if scale is not None:
+        scale = float(scale)
     extra = None  # no extra source: nothing below looks at the extra_* arguments again
     if (extra_kv_cache is not None or extra_inv_scale is not None or extra_indices is not None
             or extra_lens is not None or extra_block_size is not None or extra_window is not None):
@@ -120,45 +122,31 @@ def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa
                   scale=scale, window_size=window_size)
 
 
-_INDICES_LAYOUT = "2-D (T, W) or 3-D (1, T, W)"
-
-
-def _check_batch_of_one(indices, name: str) -> None:
-    if indices.shape[0] != 1:
-        raise ValueError(f"{name} must be {_INDICES_LAYOUT}, got shape {tuple(indices.shape)}")
+_INDICES_LAYOUT = _C.INDICES_LAYOUT  # the binding's, which reads (1, T, W) indices as (T, W)
 
 
 def _first_rows(x, name: str, num_tokens: int):
     """The first num_tokens rows of the seed's swa_indices ((T', W) or (1, T', W)) or swa_lens
-    ((T',)), which may have more rows than q (T' >= T), never fewer."""
-    if not hasattr(x, "ndim"):
+    ((T',)), which may have more rows than q (T' >= T), never fewer. Exactly T rows go through as
+    they are (decode takes (1, T, W) itself)."""
+    ndim = getattr(x, "ndim", None)
+    if ndim is None:
         return x  # not an array: decode() raises the TypeError
     is_indices = name == "swa_indices"
-    if is_indices and x.ndim == 3:
-        _check_batch_of_one(x, name)
+    if is_indices and ndim == 3 and x.shape[0] != 1:
+        raise ValueError(f"{name} must be {_INDICES_LAYOUT}, got shape {tuple(x.shape)}")
     expected = (2, 3) if is_indices else (1,)
-    if x.ndim not in expected:
+    if ndim not in expected:
         layout = _INDICES_LAYOUT if is_indices else "1-D (T,)"
-        raise ValueError(f"{name} must be {layout}, got {x.ndim}-D")
-    row_dim = x.ndim - 2 if is_indices else 0
-    if x.shape[row_dim] < num_tokens:
+        raise ValueError(f"{name} must be {layout}, got {ndim}-D")
+    row_dim = ndim - 2 if is_indices else 0
+    rows = x.shape[row_dim]
+    if rows == num_tokens:
+        return x
+    if rows < num_tokens:
         raise ValueError(f"{name}.shape[{row_dim}] must be >= q.shape[0] (num_tokens) = "
-                         f"{num_tokens}, got {x.shape[row_dim]}")
-    return x[0, :num_tokens] if x.ndim == 3 else x[:num_tokens]
-
-
-def _defaults(q, indices, scale, window_size):
-    if indices.ndim == 3:
-        _check_batch_of_one(indices, "indices")
-        indices = indices[0]
-    if scale is None:
-        # D ** -0.5. A q that is not (T, H, D >= 1) is reported by the binding or by C++ before
-        # scale is used, so any finite placeholder serves there.
-        head_dim = q.shape[-1] if q.ndim == 3 else 0
-        scale = head_dim ** -0.5 if head_dim > 0 else 1.0
-    if window_size is None:
-        window_size = indices.shape[-1]
-    return indices, float(scale), window_size
+                         f"{num_tokens}, got {rows}")
+    return x[0, :num_tokens] if ndim == 3 else x[:num_tokens]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +174,6 @@ def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, w
     if lse is not None and out is None:
         raise ValueError("lse= needs out= as well (without out= the op allocates both)")
 
-    indices, scale, window_size = _defaults(q, indices, scale, window_size)
     extra_args = () if extra is None else extra
     if out is None:
         out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
@@ -283,7 +270,6 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
     else:
         raise ValueError(f"q must be on a cpu or cuda device, got {_device_str(device)}")
 
-    indices, scale, window_size = _defaults(q, indices, scale, window_size)
     num_tokens, num_heads = q.shape[0], q.shape[1]
     if out is None:
         out = _allocate_like(q, tuple(q.shape), None, "out")

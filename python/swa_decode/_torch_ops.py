@@ -46,17 +46,19 @@ def _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_si
 
 def _lse_shape(q: torch.Tensor, return_lse: bool):
     # Without return_lse the op still returns a tensor (custom ops have a fixed output arity); an
-    # empty one costs no memory.
-    return (q.shape[0], q.shape[1]) if return_lse else (0,)
+    # empty one costs no memory. A q of the wrong rank is the binding's to report.
+    return q.shape[:2] if return_lse else (0,)
 
 
-# The extra source (the compressed entries in the same softmax) is the last six arguments of both
-# ops, all defaulting to None: callers of the window-only schema keep working unchanged.
+# scale and window_size may be None (the binding's defaults: head_dim ** -0.5, indices.shape[-1]);
+# indices may be (1, T, W). The extra source (the compressed entries in the same softmax) is the
+# last six arguments of both ops, all defaulting to None: callers of the window-only schema keep
+# working unchanged.
 @torch.library.custom_op("swa_decode::decode", mutates_args=())
 def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: torch.Tensor,
               indices: torch.Tensor, lens: torch.Tensor, attn_sink: Optional[torch.Tensor],
-              block_size: int, scale: float, window_size: int, return_lse: bool,
-              extra_kv_cache: Optional[torch.Tensor] = None,
+              block_size: int, scale: Optional[float], window_size: Optional[int],
+              return_lse: bool, extra_kv_cache: Optional[torch.Tensor] = None,
               extra_inv_scale: Optional[torch.Tensor] = None,
               extra_indices: Optional[torch.Tensor] = None,
               extra_lens: Optional[torch.Tensor] = None, extra_block_size: Optional[int] = None,
@@ -81,8 +83,9 @@ def _decode_fake(q, kv_cache, inv_scale, indices, lens, attn_sink, block_size, s
 @torch.library.custom_op("swa_decode::decode_out", mutates_args=("out", "lse"))
 def decode_out_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: torch.Tensor,
                   indices: torch.Tensor, lens: torch.Tensor, attn_sink: Optional[torch.Tensor],
-                  out: torch.Tensor, lse: Optional[torch.Tensor], block_size: int, scale: float,
-                  window_size: int, extra_kv_cache: Optional[torch.Tensor] = None,
+                  out: torch.Tensor, lse: Optional[torch.Tensor], block_size: int,
+                  scale: Optional[float], window_size: Optional[int],
+                  extra_kv_cache: Optional[torch.Tensor] = None,
                   extra_inv_scale: Optional[torch.Tensor] = None,
                   extra_indices: Optional[torch.Tensor] = None,
                   extra_lens: Optional[torch.Tensor] = None,
