@@ -1,7 +1,8 @@
-// One array argument as the binding's checks and swa_decode::DecodeArgs read it, apart from how it
-// arrived (imported by nanobind from any DLPack producer: numpy, CuPy, JAX, a capsule). Shape and
-// strides point into the producer's own metadata, valid while the Python argument lives, i.e. for
-// the call.
+// One array argument as the binding's checks and swa_decode::DecodeArgs read it, whichever way it
+// arrived: imported by nanobind from any DLPack producer (numpy, CuPy, JAX, a capsule), or filled
+// in place by the producer's DLPack C exchange API (dlpack_exchange.h: torch tensors without a
+// capsule). Shape and strides point into the producer's own metadata, valid while the Python
+// argument lives, i.e. for the call.
 #pragma once
 
 #include <cstddef>

@@ -1,16 +1,18 @@
-// The Python binding: DLPack arrays in, one swa_decode::DecodeArgs out, one call to
-// swa_decode::decode. decode() imports the arrays through nanobind and hands ArrayViews to
-// run_decode, which checks what DecodeArgs cannot express (rank, the unit stride in D, one device
-// for all, the DLPack dtype of each tensor) and every shape a tensor carries that another tensor or
-// an argument can contradict (T, H, D across tensors; kv_cache.shape[1] against block_size;
-// inv_scale.shape[0] against the slots; indices.shape[1] against window_size), so that DecodeArgs
-// never describes more than the tensors hold and messages name the Python argument. It also owns
-// the defaults (scale = D ** -0.5, window_size = the index columns) and the (1, T, W) layout of
-// indices. The window and the optional extra source (DecodeArgs::extra) are checked by one
-// function, so each rule holds for both under the source's own names. Every other rule (ranges,
-// strides, limits, what the GPU supports) is the C++ layer's, and its Status comes back as an
-// exception with the message intact: ValueError for kInvalidArgument and kNotSupported,
-// RuntimeError for kCudaError and kInternal.
+// The Python binding: arrays in, one swa_decode::DecodeArgs out, one call to swa_decode::decode.
+// Two ways in, one set of checks: decode() imports DLPack arrays (any framework) through
+// nanobind; decode_exchange() reads the arrays of a framework with the DLPack C exchange API
+// (torch tensors) in place, for the eager torch call (docs/perf-notes.md, "Eager Python call").
+// Both hand ArrayViews to run_decode, which checks what DecodeArgs cannot express (rank, the unit
+// stride in D, one device for all, the DLPack dtype of each tensor) and every shape a tensor
+// carries that another tensor or an argument can contradict (T, H, D across tensors;
+// kv_cache.shape[1] against block_size; inv_scale.shape[0] against the slots; indices.shape[1]
+// against window_size), so that DecodeArgs never describes more than the tensors hold and
+// messages name the Python argument. It also owns the defaults (scale = D ** -0.5, window_size =
+// the index columns) and the (1, T, W) layout of indices. The window and the optional extra source
+// (DecodeArgs::extra) are checked by one function, so each rule holds for both under the source's
+// own names. Every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's,
+// and its Status comes back as an exception with the message intact: ValueError for
+// kInvalidArgument and kNotSupported, RuntimeError for kCudaError and kInternal.
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -24,6 +26,7 @@
 #include <nanobind/stl/string.h>
 
 #include "array_view.h"
+#include "dlpack_exchange.h"
 #include "swa_decode/limits.h"
 #include "swa_decode/swa_decode.h"
 
@@ -511,6 +514,83 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
              stream, bf16_views);
 }
 
+// Views of the first T = q.shape[0] rows of the seed's indices ((T', W) or (1, T', W)) and lens
+// ((T',)), T' >= T, with their new shapes in index_dims and lens_rows. False for any other layout.
+bool first_rows(const ArrayView& q, ArrayView* indices, ArrayView* lens, int64_t (&index_dims)[2],
+                int64_t (&lens_rows)[1]) {
+  if (q.ndim() != 3) return false;  // the general path leaves the rows alone and reports q
+  if (indices->ndim() == 3 && indices->shape(0) == 1) *indices = indices->without_leading_dim();
+  const int64_t num_tokens = q.shape(0);
+  if (indices->ndim() != 2 || indices->shape(0) < num_tokens || lens->ndim() != 1 ||
+      lens->shape(0) < num_tokens) {
+    return false;
+  }
+  index_dims[0] = num_tokens;
+  index_dims[1] = indices->shape(1);
+  indices->dims = index_dims;
+  lens_rows[0] = num_tokens;
+  lens->dims = lens_rows;
+  return true;
+}
+
+// run_decode on the arrays of a framework with the DLPack C exchange API (torch tensors), read in
+// place and run on the framework's current stream of q's device. Returns false, having run
+// nothing, when it cannot vouch for the call: q's type has no usable exchange API, an argument is
+// not an array of q's type (or a subtype) that the API can describe, an array is not on q's
+// device, or q is on neither the CPU nor a CUDA device. The caller then takes its general path,
+// which reports what is wrong in its own words; everything else raises here as from decode().
+//
+// seed_rows: native_swa_decode_attention's convention, indices (T', W) or (1, T', W) and lens (T',)
+// with T' >= T = q.shape[0], of which the first T rows are read; any other layout is refused, and
+// the general path reports it in the seed's argument names.
+bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb::handle indices,
+                     nb::handle lens, nb::handle attn_sink, nb::handle out, nb::handle lse,
+                     int64_t block_size, std::optional<double> scale,
+                     std::optional<int64_t> window_size, nb::handle extra_kv_cache,
+                     nb::handle extra_inv_scale, nb::handle extra_indices, nb::handle extra_lens,
+                     std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
+                     bool seed_rows) {
+  const swa_decode_py::ExchangeApi* api = swa_decode_py::exchange_api_of(q.ptr());
+  if (api == nullptr) return false;
+  DecodeArrays a{};
+  if (!swa_decode_py::exchange_view(api, q.ptr(), &a.q)) return false;
+  if (a.q.device_type() != kDLCPU && a.q.device_type() != kDLCUDA) return false;
+  PyTypeObject* const type = Py_TYPE(q.ptr());
+  const auto view = [&](nb::handle h, ArrayView* v) {
+    return PyObject_TypeCheck(h.ptr(), type) && swa_decode_py::exchange_view(api, h.ptr(), v) &&
+           v->device_type() == a.q.device_type() && v->device_id() == a.q.device_id();
+  };
+  const auto view_if_given = [&](nb::handle h, std::optional<ArrayView>* v) {
+    if (h.is_none()) return true;
+    ArrayView given;
+    if (!view(h, &given)) return false;
+    *v = given;
+    return true;
+  };
+  if (!view(kv_cache, &a.kv_cache) || !view(inv_scale, &a.inv_scale) ||
+      !view(indices, &a.indices) || !view(lens, &a.lens) || !view(out, &a.out) ||
+      !view_if_given(attn_sink, &a.attn_sink) || !view_if_given(lse, &a.lse) ||
+      !view_if_given(extra_kv_cache, &a.extra_kv_cache) ||
+      !view_if_given(extra_inv_scale, &a.extra_inv_scale) ||
+      !view_if_given(extra_indices, &a.extra_indices) ||
+      !view_if_given(extra_lens, &a.extra_lens)) {
+    return false;
+  }
+  // The first T rows' shapes, for views of the seed's longer tensors; they outlive run_decode.
+  int64_t index_dims[2], lens_rows[1];
+  if (seed_rows && !first_rows(a.q, &a.indices, &a.lens, index_dims, lens_rows)) return false;
+  uintptr_t stream = 0;
+  if (a.q.device_type() == kDLCUDA &&
+      !swa_decode_py::exchange_current_stream(api, a.q.device_id(), &stream)) {
+    return false;
+  }
+  run_decode(a,
+             DecodeScalars{.block_size = block_size, .scale = scale, .window_size = window_size,
+                           .extra_block_size = extra_block_size, .extra_window = extra_window},
+             stream, /*bf16_views=*/0);
+  return true;
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -529,6 +609,18 @@ NB_MODULE(_C, m) {
         "window_size default (None) to head_dim ** -0.5 and indices.shape[-1]; indices may be "
         "(1, T, W). The extra_* arguments are the optional second KV source (all of them or none; "
         "extra_window defaults to extra_indices.shape[1]).");
+  m.def("decode_exchange", &decode_exchange, nb::arg("q"), nb::arg("kv_cache"),
+        nb::arg("inv_scale"), nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(),
+        nb::arg("out"), nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
+        nb::arg("window_size").none(), nb::arg("extra_kv_cache").none(),
+        nb::arg("extra_inv_scale").none(), nb::arg("extra_indices").none(),
+        nb::arg("extra_lens").none(), nb::arg("extra_block_size").none(),
+        nb::arg("extra_window").none(), nb::arg("seed_rows") = false,
+        "decode() for arrays whose type has the DLPack C exchange API (torch.Tensor), read in "
+        "place and run on the framework's current stream. Returns False, having run nothing, "
+        "when an argument is not such an array on q's device (or q is on neither the CPU nor a "
+        "CUDA device): the caller then takes the general path. seed_rows: indices and lens may "
+        "have more rows than q (native_swa_decode_attention's convention); the first T are read.");
   m.def("version", []() { return std::string(swa_decode::version()); });
   // include/swa_decode/limits.h, re-exported by swa_decode.limits.
   m.attr("GPU_HEAD_DIM") = swa_decode::kGpuHeadDim;

@@ -2,7 +2,11 @@
 integer arguments that must not be truncated, torch devices, the longer index and length tensors of
 the seed, dtypes DLPack cannot carry); everything else (shapes, strides, ranges, dtypes, the
 (1, T, W) indices, the defaults of scale and window_size, what the GPU supports) is checked or
-decided once in the binding or in C++ and raised from there."""
+decided once in the binding or in C++ and raised from there.
+
+An eager call on torch tensors (nothing tracing it) goes straight to the binding
+(_torch_ops.decode_eager); the checks above are then the binding's refusals, which send the call
+down the general path that raises them here, so every message is the same on both paths."""
 
 from __future__ import annotations
 
@@ -64,10 +68,12 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     (out, lse) with lse (T, H) fp32 (natural log, without the sink) when return_lse. out= (and lse=)
     write into the caller's buffers instead of allocating.
 
-    torch tensors: CUDA runs the GPU kernel on the current stream, CPU the float64 reference; the
-    call goes through the custom ops torch.ops.swa_decode.decode / decode_out. Other DLPack arrays
-    (numpy on CPU; CuPy, JAX, ... on CUDA with stream= given as an int or a stream object) go
-    straight to the native binding.
+    torch tensors: CUDA runs the GPU kernel on the current stream, CPU the float64 reference. A
+    traced call (torch.compile, make_fx, jit.trace, vmap, autograd on the output) goes through the
+    custom ops torch.ops.swa_decode.decode / decode_out; an eager one hands the tensors to the
+    binding in place, without the dispatcher, with the same result and messages. Other DLPack
+    arrays (numpy on CPU; CuPy, JAX, ... on CUDA with stream= given as an int or a stream object)
+    go straight to the native binding.
     """
     block_size = _int_arg("block_size", block_size)
     if window_size is not None:
@@ -83,6 +89,11 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
                                                                       extra_block_size),
                        None if extra_window is None else _int_arg("extra_window", extra_window))
     if _torch is not None and isinstance(q, _torch.Tensor):
+        if stream is None and _ops.eager(q):
+            result = _ops.decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
+                                       return_lse, block_size, scale, window_size, extra)
+            if result is not None:
+                return result
         return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                              scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
                              return_lse=return_lse, lse=lse, stream=stream, extra=extra)
@@ -114,6 +125,18 @@ def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa
     entry gets 0 (the seed: NaN); slot ids past the cache are no entry (the seed: an indexing
     error); duplicate ids count as often as they appear, as in the seed.
     """
+    block_size = _int_arg("block_size", block_size)
+    window_size = _int_arg("window_size", window_size)
+    if scale is not None:
+        scale = float(scale)
+    if _ops is not None and _ops.eager(q):
+        # The binding takes the seed's longer rows itself and refuses any other layout, which
+        # _first_rows below then reports.
+        result = _ops.decode_eager(q, swa_kv_cache, swa_inv_scale, swa_indices, swa_lens, None,
+                                   None, None, False, block_size, scale, window_size, None,
+                                   seed_rows=True)
+        if result is not None:
+            return result
     if getattr(q, "ndim", None) == 3:  # any other q is decode()'s to report
         num_tokens = q.shape[0]
         swa_indices = _first_rows(swa_indices, "swa_indices", num_tokens)
