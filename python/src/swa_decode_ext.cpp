@@ -1,14 +1,19 @@
-// The Python binding: DLPack tensors in, one swa_decode::DecodeArgs out, one call to
-// swa_decode::decode. It checks what DecodeArgs cannot express (rank, the unit stride in D, one
-// device for all, the DLPack dtype of each tensor) and every shape a tensor carries that another
-// tensor or an argument can contradict (T, H, D across tensors; kv_cache.shape[1] against
-// block_size; inv_scale.shape[0] against the slots; indices.shape[1] against window_size), so
-// that DecodeArgs never describes more than the tensors hold and messages name the Python
-// argument. The window and the optional extra source (DecodeArgs::extra) are checked by one
-// function, so each rule holds for both under the source's own names. Every other rule (ranges,
-// strides, limits, what the GPU supports) is the C++ layer's, and its Status comes back as an
-// exception with the message intact: ValueError for kInvalidArgument and kNotSupported,
-// RuntimeError for kCudaError and kInternal.
+// The Python binding: arrays in, one swa_decode::DecodeArgs out, one call to swa_decode::decode.
+// Two ways in, one set of checks: decode() imports DLPack arrays (any framework) through
+// nanobind; decode_exchange() reads the arrays of a framework with the DLPack C exchange API
+// (torch tensors) in place, for the eager torch call (docs/perf-notes.md, "Eager Python call").
+// Both hand ArrayViews to run_decode, which checks what DecodeArgs cannot express (rank, the unit
+// stride in D, one device for all, the DLPack dtype of each tensor) and every shape a tensor
+// carries that another tensor or an argument can contradict (T, H, D across tensors;
+// kv_cache.shape[1] against block_size; inv_scale.shape[0] against the slots; indices.shape[1]
+// against window_size), so that DecodeArgs never describes more than the tensors hold and
+// messages name the Python argument. It also owns the defaults (scale = D ** -0.5, window_size =
+// the index columns) and the (1, T, W) layout of indices. The window and the optional extra source
+// (DecodeArgs::extra) are checked by one function, so each rule holds for both under the source's
+// own names. Every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's,
+// and its Status comes back as an exception with the message intact: ValueError for
+// kInvalidArgument and kNotSupported, RuntimeError for kCudaError and kInternal.
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,12 +25,16 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include "array_view.h"
+#include "dlpack_exchange.h"
 #include "swa_decode/limits.h"
 #include "swa_decode/swa_decode.h"
 
 namespace nb = nanobind;
 
 namespace {
+
+using swa_decode_py::ArrayView;
 
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
@@ -72,27 +81,24 @@ bool is_f32(nb::dlpack::dtype dt) { return is(dt, nb::dlpack::dtype_code::Float,
 [[noreturn]] void type_error(const std::string& msg) { throw nb::type_error(msg.c_str()); }
 [[noreturn]] void value_error(const std::string& msg) { throw nb::value_error(msg.c_str()); }
 
-template <class Array>
-void check_ndim(const Array& a, const char* name, size_t ndim, const char* layout) {
+void check_ndim(const ArrayView& a, const char* name, size_t ndim, const char* layout) {
   if (a.ndim() != ndim) {
     value_error(std::string(name) + " must be " + std::to_string(ndim) + "-D " + layout + ", got " +
                 std::to_string(a.ndim()) + "-D");
   }
 }
 
-template <class Array>
-void check_dim(const Array& a, const char* name, size_t dim, int64_t expected, const char* what) {
-  const auto actual = static_cast<int64_t>(a.shape(dim));
+void check_dim(const ArrayView& a, const char* name, size_t dim, int64_t expected, const char* what) {
+  const int64_t actual = a.shape(dim);
   if (actual != expected) {
     value_error(std::string(name) + ".shape[" + std::to_string(dim) + "] must equal " + what +
                 " = " + std::to_string(expected) + ", got " + std::to_string(actual));
   }
 }
 
-template <class Array>
-void check_dim_at_least(const Array& a, const char* name, size_t dim, int64_t minimum,
+void check_dim_at_least(const ArrayView& a, const char* name, size_t dim, int64_t minimum,
                         const char* what) {
-  const auto actual = static_cast<int64_t>(a.shape(dim));
+  const int64_t actual = a.shape(dim);
   if (actual < minimum) {
     value_error(std::string(name) + ".shape[" + std::to_string(dim) + "] must be >= " + what +
                 " = " + std::to_string(minimum) + ", got " + std::to_string(actual));
@@ -101,8 +107,7 @@ void check_dim_at_least(const Array& a, const char* name, size_t dim, int64_t mi
 
 // DecodeArgs has no field for the innermost stride: it is 1 by contract. A size-1 dimension's
 // stride is never used, so any value is fine there.
-template <class Array>
-void check_unit_stride(const Array& a, const char* name, size_t dim) {
+void check_unit_stride(const ArrayView& a, const char* name, size_t dim) {
   if (a.shape(dim) > 1 && a.stride(dim) != 1) {
     value_error(std::string(name) + ".stride(" + std::to_string(dim) +
                 ") must be 1 (contiguous in that dimension), got " + std::to_string(a.stride(dim)));
@@ -115,8 +120,7 @@ std::string device_name(int32_t type, int32_t id) {
   return "dlpack device (type=" + std::to_string(type) + ", id=" + std::to_string(id) + ")";
 }
 
-template <class Array>
-void check_same_device(const Array& a, const char* name, const InArray& q) {
+void check_same_device(const ArrayView& a, const char* name, const ArrayView& q) {
   if (a.device_type() != q.device_type() || a.device_id() != q.device_id()) {
     value_error(std::string(name) + " must be on q's device " +
                 device_name(q.device_type(), q.device_id()) + ", got " +
@@ -155,7 +159,7 @@ class CudaDeviceGuard {
 
 using Code = nb::dlpack::dtype_code;
 
-swa_decode::DType int_dtype(const InArray& a, const char* name) {
+swa_decode::DType int_dtype(const ArrayView& a, const char* name) {
   if (is(a.dtype(), Code::Int, 32)) return swa_decode::DType::kInt32;
   if (is(a.dtype(), Code::Int, 64)) return swa_decode::DType::kInt64;
   type_error(std::string(name) + " must have dtype int32 or int64, got " + dtype_name(a.dtype()));
@@ -185,10 +189,10 @@ constexpr SourceNames kExtraNames{
 
 // One KV source as a swa_decode::KvSource, once everything its tensors carry agrees with q (T, D,
 // device), with block_size and with max_entries, and each tensor has a dtype the source takes.
-swa_decode::KvSource checked_source(const InArray& kv_cache, const InArray& inv_scale,
-                                    const InArray& indices, const InArray& lens,
+swa_decode::KvSource checked_source(const ArrayView& kv_cache, const ArrayView& inv_scale,
+                                    const ArrayView& indices, const ArrayView& lens,
                                     int64_t block_size, int64_t max_entries,
-                                    const SourceNames& names, const InArray& q, int bf16_views) {
+                                    const SourceNames& names, const ArrayView& q, int bf16_views) {
   // ---- ranks and shapes ----
   check_ndim(kv_cache, names.kv_cache, 3, "(num_blocks, block_size, head_dim)");
   if (inv_scale.ndim() == 2) {
@@ -205,14 +209,14 @@ swa_decode::KvSource checked_source(const InArray& kv_cache, const InArray& inv_
   check_ndim(indices, names.indices, 2, "(num_tokens, index_cols)");
   check_ndim(lens, names.lens, 1, "(num_tokens,)");
 
-  const auto num_tokens = static_cast<int64_t>(q.shape(0));
-  check_dim(kv_cache, names.kv_cache, 2, static_cast<int64_t>(q.shape(2)), "q.shape[2] (head_dim)");
+  const auto num_tokens = q.shape(0);
+  check_dim(kv_cache, names.kv_cache, 2, q.shape(2), "q.shape[2] (head_dim)");
   // DecodeArgs has one block_size per source, so the argument and the view must agree: a larger
   // block_size maps slot b * block_size + o to row o >= kv_cache.shape[1] of block b, outside the
   // view (in the last block, past the allocation); a smaller one maps slots to rows the caller did
   // not mean.
   check_dim(kv_cache, names.kv_cache, 1, block_size, names.block_size);
-  const auto num_blocks = static_cast<int64_t>(kv_cache.shape(0));
+  const auto num_blocks = kv_cache.shape(0);
   int64_t num_slots = 0;
   // An S that overflows int64 is validate_args' to report ("num_blocks * block_size must fit").
   if (!__builtin_mul_overflow(num_blocks, block_size, &num_slots)) {
@@ -259,10 +263,10 @@ swa_decode::KvSource checked_source(const InArray& kv_cache, const InArray& inv_
       .stride_kv_token = kv_cache.stride(1),
       .inv_scale = inv_scale.data(),
       .inv_scale_dtype = inv_scale_dtype,
-      .num_scales = static_cast<int64_t>(inv_scale.shape(0)),
+      .num_scales = inv_scale.shape(0),
       .indices = indices.data(),
       .index_dtype = int_dtype(indices, names.indices),
-      .index_cols = static_cast<int64_t>(indices.shape(1)),
+      .index_cols = indices.shape(1),
       .stride_indices_token = indices.stride(0),
       .lens = lens.data(),
       .lens_dtype = int_dtype(lens, names.lens),
@@ -273,10 +277,10 @@ swa_decode::KvSource checked_source(const InArray& kv_cache, const InArray& inv_
 // The extra source's arguments as the caller gave them: all of them, or none (then extra_window
 // may be left out too: it defaults to extra_indices.shape[1]).
 struct ExtraArgs {
-  const std::optional<InArray>& kv_cache;
-  const std::optional<InArray>& inv_scale;
-  const std::optional<InArray>& indices;
-  const std::optional<InArray>& lens;
+  const std::optional<ArrayView>& kv_cache;
+  const std::optional<ArrayView>& inv_scale;
+  const std::optional<ArrayView>& indices;
+  const std::optional<ArrayView>& lens;
   std::optional<int64_t> block_size;
   std::optional<int64_t> window;
 
@@ -286,7 +290,7 @@ struct ExtraArgs {
 };
 
 // DecodeArgs::extra for the extra arguments: none given, no extra source (kv_cache == nullptr).
-swa_decode::KvSource checked_extra(const ExtraArgs& extra, const InArray& q, int bf16_views) {
+swa_decode::KvSource checked_extra(const ExtraArgs& extra, const ArrayView& q, int bf16_views) {
   if (!extra.any()) return {};
   const std::pair<const char*, bool> required[] = {
       {kExtraNames.kv_cache, extra.kv_cache.has_value()},
@@ -306,8 +310,8 @@ swa_decode::KvSource checked_extra(const ExtraArgs& extra, const InArray& q, int
                 " (given: " + given + ")");
   }
   // A rank other than 2 is checked_source's to report; the default is not read then.
-  const int64_t window = extra.window.value_or(
-      extra.indices->ndim() == 2 ? static_cast<int64_t>(extra.indices->shape(1)) : 0);
+  const int64_t window =
+      extra.window.value_or(extra.indices->ndim() == 2 ? extra.indices->shape(1) : 0);
   swa_decode::KvSource source =
       checked_source(*extra.kv_cache, *extra.inv_scale, *extra.indices, *extra.lens,
                      *extra.block_size, window, kExtraNames, q, bf16_views);
@@ -321,16 +325,44 @@ swa_decode::KvSource checked_extra(const ExtraArgs& extra, const InArray& q, int
   return source;
 }
 
+// The layouts the window's indices may have: the seed's batch dimension of one is dropped.
+constexpr const char* kIndicesLayout = "2-D (T, W) or 3-D (1, T, W)";
+
+std::string shape_string(const ArrayView& a) {  // as Python prints tuple(shape)
+  std::string s = "(";
+  for (size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+// The arrays of one call, however they arrived; the optional ones are empty when not given.
+struct DecodeArrays {
+  ArrayView q, kv_cache, inv_scale, indices, lens, out;
+  std::optional<ArrayView> attn_sink, lse;
+  std::optional<ArrayView> extra_kv_cache, extra_inv_scale, extra_indices, extra_lens;
+};
+
+// The scalar arguments; an empty one takes its default.
+struct DecodeScalars {
+  int64_t block_size;
+  std::optional<double> scale;         // default: head_dim ** -0.5
+  std::optional<int64_t> window_size;  // default: indices.shape[-1]
+  std::optional<int64_t> extra_block_size;
+  std::optional<int64_t> extra_window;  // default: extra_indices.shape[1] (checked_extra)
+};
+
 // out[t, h, :] = attention of q[t, h, :] over token t's window entries and, with an extra
 // source, its extra entries, in one softmax; see docs/semantics.md.
-void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
-            const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
-            OutArray out, std::optional<OutArray> lse, int64_t block_size, double scale,
-            int64_t window_size, uintptr_t stream, int bf16_views,
-            const std::optional<InArray>& extra_kv_cache,
-            const std::optional<InArray>& extra_inv_scale,
-            const std::optional<InArray>& extra_indices, const std::optional<InArray>& extra_lens,
-            std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window) {
+void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream, int bf16_views) {
+  const ArrayView& q = a.q;
+  ArrayView indices = a.indices;
+  if (indices.ndim() == 3) {
+    if (indices.shape(0) != 1) {
+      value_error(std::string("indices must be ") + kIndicesLayout + ", got shape " +
+                  shape_string(indices));
+    }
+    indices = indices.without_leading_dim();
+  }
+
   // ---- q: its own rank, stride, device and dtype; everything else is checked against it ----
   check_ndim(q, "q", 3, "(num_tokens, num_heads, head_dim)");
   check_unit_stride(q, "q", 2);
@@ -341,20 +373,29 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
   if (!is_bf16(q.dtype(), bf16_views & kViewQ)) {
     type_error("q must have dtype bfloat16, got " + dtype_name(q.dtype()));
   }
-  const auto num_tokens = static_cast<int64_t>(q.shape(0));
-  const auto num_heads = static_cast<int64_t>(q.shape(1));
-  const auto head_dim = static_cast<int64_t>(q.shape(2));
+  const int64_t num_tokens = q.shape(0);
+  const int64_t num_heads = q.shape(1);
+  const int64_t head_dim = q.shape(2);
+  // pow, as Python's head_dim ** -0.5 computes it. A head_dim < 1 is validate_args' to report,
+  // before scale is used, so any finite placeholder serves there.
+  const double scale = s.scale.value_or(head_dim > 0 ? std::pow(static_cast<double>(head_dim), -0.5)
+                                                     : 1.0);
+  // A rank other than 2 is checked_source's to report; the default is not read then.
+  const int64_t window_size = s.window_size.value_or(indices.ndim() == 2 ? indices.shape(1) : 0);
 
   // ---- the KV sources ----
-  const swa_decode::KvSource window = checked_source(kv_cache, inv_scale, indices, lens,
-                                                     block_size, window_size, kWindowNames, q,
+  const swa_decode::KvSource window = checked_source(a.kv_cache, a.inv_scale, indices, a.lens,
+                                                     s.block_size, window_size, kWindowNames, q,
                                                      bf16_views);
   const swa_decode::KvSource extra = checked_extra(
-      ExtraArgs{extra_kv_cache, extra_inv_scale, extra_indices, extra_lens, extra_block_size,
-                extra_window},
+      ExtraArgs{a.extra_kv_cache, a.extra_inv_scale, a.extra_indices, a.extra_lens,
+                s.extra_block_size, s.extra_window},
       q, bf16_views);
 
   // ---- out, attn_sink, lse ----
+  const ArrayView& out = a.out;
+  const std::optional<ArrayView>& attn_sink = a.attn_sink;
+  const std::optional<ArrayView>& lse = a.lse;
   check_ndim(out, "out", 3, "(num_tokens, num_heads, head_dim)");
   check_dim(out, "out", 0, num_tokens, "q.shape[0] (num_tokens)");
   check_dim(out, "out", 1, num_heads, "q.shape[1] (num_heads)");
@@ -438,28 +479,155 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
                            std::to_string(static_cast<int>(status.code)) + ": " + status.message);
 }
 
+template <class Array>
+std::optional<ArrayView> optional_view(const std::optional<Array>& a) {
+  if (!a) return std::nullopt;
+  return swa_decode_py::view_of(*a);
+}
+
+// run_decode on DLPack arrays of any framework, imported by nanobind (versioned or legacy
+// capsules, objects with __dlpack__, the buffer protocol).
+void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
+            const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
+            OutArray out, std::optional<OutArray> lse, int64_t block_size,
+            std::optional<double> scale, std::optional<int64_t> window_size, uintptr_t stream,
+            int bf16_views, const std::optional<InArray>& extra_kv_cache,
+            const std::optional<InArray>& extra_inv_scale,
+            const std::optional<InArray>& extra_indices, const std::optional<InArray>& extra_lens,
+            std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window) {
+  using swa_decode_py::view_of;
+  const DecodeArrays arrays{.q = view_of(q),
+                            .kv_cache = view_of(kv_cache),
+                            .inv_scale = view_of(inv_scale),
+                            .indices = view_of(indices),
+                            .lens = view_of(lens),
+                            .out = view_of(out),
+                            .attn_sink = optional_view(attn_sink),
+                            .lse = optional_view(lse),
+                            .extra_kv_cache = optional_view(extra_kv_cache),
+                            .extra_inv_scale = optional_view(extra_inv_scale),
+                            .extra_indices = optional_view(extra_indices),
+                            .extra_lens = optional_view(extra_lens)};
+  run_decode(arrays,
+             DecodeScalars{.block_size = block_size, .scale = scale, .window_size = window_size,
+                           .extra_block_size = extra_block_size, .extra_window = extra_window},
+             stream, bf16_views);
+}
+
+// Views of the first T = q.shape[0] rows of the seed's indices ((T', W) or (1, T', W)) and lens
+// ((T',)), T' >= T, with their new shapes in index_dims and lens_rows. False for any other layout.
+bool first_rows(const ArrayView& q, ArrayView* indices, ArrayView* lens, int64_t (&index_dims)[2],
+                int64_t (&lens_rows)[1]) {
+  if (q.ndim() != 3) return false;  // the general path leaves the rows alone and reports q
+  if (indices->ndim() == 3 && indices->shape(0) == 1) *indices = indices->without_leading_dim();
+  const int64_t num_tokens = q.shape(0);
+  if (indices->ndim() != 2 || indices->shape(0) < num_tokens || lens->ndim() != 1 ||
+      lens->shape(0) < num_tokens) {
+    return false;
+  }
+  index_dims[0] = num_tokens;
+  index_dims[1] = indices->shape(1);
+  indices->dims = index_dims;
+  lens_rows[0] = num_tokens;
+  lens->dims = lens_rows;
+  return true;
+}
+
+// run_decode on the arrays of a framework with the DLPack C exchange API (torch tensors), read in
+// place and run on the framework's current stream of q's device. Returns false, having run
+// nothing, when it cannot vouch for the call: q's type has no usable exchange API, an argument is
+// not an array of q's type (or a subtype) that the API can describe, an array is not on q's
+// device, or q is on neither the CPU nor a CUDA device. The caller then takes its general path,
+// which reports what is wrong in its own words; everything else raises here as from decode().
+//
+// seed_rows: native_swa_decode_attention's convention, indices (T', W) or (1, T', W) and lens (T',)
+// with T' >= T = q.shape[0], of which the first T rows are read; any other layout is refused, and
+// the general path reports it in the seed's argument names.
+bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb::handle indices,
+                     nb::handle lens, nb::handle attn_sink, nb::handle out, nb::handle lse,
+                     int64_t block_size, std::optional<double> scale,
+                     std::optional<int64_t> window_size, nb::handle extra_kv_cache,
+                     nb::handle extra_inv_scale, nb::handle extra_indices, nb::handle extra_lens,
+                     std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
+                     bool seed_rows) {
+  const swa_decode_py::ExchangeApi* api = swa_decode_py::exchange_api_of(q.ptr());
+  if (api == nullptr) return false;
+  DecodeArrays a{};
+  if (!swa_decode_py::exchange_view(api, q.ptr(), &a.q)) return false;
+  if (a.q.device_type() != kDLCPU && a.q.device_type() != kDLCUDA) return false;
+  PyTypeObject* const type = Py_TYPE(q.ptr());
+  const auto view = [&](nb::handle h, ArrayView* v) {
+    return PyObject_TypeCheck(h.ptr(), type) && swa_decode_py::exchange_view(api, h.ptr(), v) &&
+           v->device_type() == a.q.device_type() && v->device_id() == a.q.device_id();
+  };
+  const auto view_if_given = [&](nb::handle h, std::optional<ArrayView>* v) {
+    if (h.is_none()) return true;
+    ArrayView given;
+    if (!view(h, &given)) return false;
+    *v = given;
+    return true;
+  };
+  if (!view(kv_cache, &a.kv_cache) || !view(inv_scale, &a.inv_scale) ||
+      !view(indices, &a.indices) || !view(lens, &a.lens) || !view(out, &a.out) ||
+      !view_if_given(attn_sink, &a.attn_sink) || !view_if_given(lse, &a.lse) ||
+      !view_if_given(extra_kv_cache, &a.extra_kv_cache) ||
+      !view_if_given(extra_inv_scale, &a.extra_inv_scale) ||
+      !view_if_given(extra_indices, &a.extra_indices) ||
+      !view_if_given(extra_lens, &a.extra_lens)) {
+    return false;
+  }
+  // The first T rows' shapes, for views of the seed's longer tensors; they outlive run_decode.
+  int64_t index_dims[2], lens_rows[1];
+  if (seed_rows && !first_rows(a.q, &a.indices, &a.lens, index_dims, lens_rows)) return false;
+  uintptr_t stream = 0;
+  if (a.q.device_type() == kDLCUDA &&
+      !swa_decode_py::exchange_current_stream(api, a.q.device_id(), &stream)) {
+    return false;
+  }
+  run_decode(a,
+             DecodeScalars{.block_size = block_size, .scale = scale, .window_size = window_size,
+                           .extra_block_size = extra_block_size, .extra_window = extra_window},
+             stream, /*bf16_views=*/0);
+  return true;
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
   m.doc() = "swa_decode's native binding; use the functions of the swa_decode package instead.";
   m.def("decode", &decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("inv_scale"),
         nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(), nb::arg("out"),
-        nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale"), nb::arg("window_size"),
-        nb::arg("stream"), nb::arg("bf16_views") = 0, nb::arg("extra_kv_cache").none() = nb::none(),
+        nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
+        nb::arg("window_size").none(), nb::arg("stream"), nb::arg("bf16_views") = 0,
+        nb::arg("extra_kv_cache").none() = nb::none(),
         nb::arg("extra_inv_scale").none() = nb::none(),
         nb::arg("extra_indices").none() = nb::none(), nb::arg("extra_lens").none() = nb::none(),
         nb::arg("extra_block_size").none() = nb::none(),
         nb::arg("extra_window").none() = nb::none(),
         "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
-        "cudaStream_t as an integer, 0 = legacy default stream) and not waited for. The extra_* "
-        "arguments are the optional second KV source (all of them or none; extra_window defaults "
-        "to extra_indices.shape[1]).");
+        "cudaStream_t as an integer, 0 = legacy default stream) and not waited for. scale and "
+        "window_size default (None) to head_dim ** -0.5 and indices.shape[-1]; indices may be "
+        "(1, T, W). The extra_* arguments are the optional second KV source (all of them or none; "
+        "extra_window defaults to extra_indices.shape[1]).");
+  m.def("decode_exchange", &decode_exchange, nb::arg("q"), nb::arg("kv_cache"),
+        nb::arg("inv_scale"), nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(),
+        nb::arg("out"), nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
+        nb::arg("window_size").none(), nb::arg("extra_kv_cache").none(),
+        nb::arg("extra_inv_scale").none(), nb::arg("extra_indices").none(),
+        nb::arg("extra_lens").none(), nb::arg("extra_block_size").none(),
+        nb::arg("extra_window").none(), nb::arg("seed_rows") = false,
+        "decode() for arrays whose type has the DLPack C exchange API (torch.Tensor), read in "
+        "place and run on the framework's current stream. Returns False, having run nothing, "
+        "when an argument is not such an array on q's device (or q is on neither the CPU nor a "
+        "CUDA device): the caller then takes the general path. seed_rows: indices and lens may "
+        "have more rows than q (native_swa_decode_attention's convention); the first T are read.");
   m.def("version", []() { return std::string(swa_decode::version()); });
   // include/swa_decode/limits.h, re-exported by swa_decode.limits.
   m.attr("GPU_HEAD_DIM") = swa_decode::kGpuHeadDim;
   m.attr("MAX_GPU_HEADS") = swa_decode::kMaxGpuHeads;
   m.attr("MAX_WINDOW") = swa_decode::kMaxWindow;
   m.attr("MAX_EXTRA_ENTRIES") = swa_decode::kMaxExtraEntries;
+  m.attr("INDICES_LAYOUT") = kIndicesLayout;
   m.attr("kViewQ") = kViewQ;
   m.attr("kViewInvScale") = kViewInvScale;
   m.attr("kViewOut") = kViewOut;

@@ -1,8 +1,12 @@
 """The public Python functions. Checked here: only what the native layer cannot see (Python types,
-integer arguments that must not be truncated, torch devices, the 3-D indices and the longer index
-and length tensors of the seed, dtypes DLPack cannot carry); everything else (shapes, strides,
-ranges, dtypes, what the GPU supports) is checked once in the binding or in C++ and raised from
-there."""
+integer arguments that must not be truncated, torch devices, the longer index and length tensors of
+the seed, dtypes DLPack cannot carry); everything else (shapes, strides, ranges, dtypes, the
+(1, T, W) indices, the defaults of scale and window_size, what the GPU supports) is checked or
+decided once in the binding or in C++ and raised from there.
+
+An eager call on torch tensors (nothing tracing it) goes straight to the binding
+(_torch_ops.decode_eager); the checks above are then the binding's refusals, which send the call
+down the general path that raises them here, so every message is the same on both paths."""
 
 from __future__ import annotations
 
@@ -64,14 +68,18 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     (out, lse) with lse (T, H) fp32 (natural log, without the sink) when return_lse. out= (and lse=)
     write into the caller's buffers instead of allocating.
 
-    torch tensors: CUDA runs the GPU kernel on the current stream, CPU the float64 reference; the
-    call goes through the custom ops torch.ops.swa_decode.decode / decode_out. Other DLPack arrays
-    (numpy on CPU; CuPy, JAX, ... on CUDA with stream= given as an int or a stream object) go
-    straight to the native binding.
+    torch tensors: CUDA runs the GPU kernel on the current stream, CPU the float64 reference. A
+    traced call (torch.compile, make_fx, jit.trace, vmap, autograd on the output) goes through the
+    custom ops torch.ops.swa_decode.decode / decode_out; an eager one hands the tensors to the
+    binding in place, without the dispatcher, with the same result and messages. Other DLPack
+    arrays (numpy on CPU; CuPy, JAX, ... on CUDA with stream= given as an int or a stream object)
+    go straight to the native binding.
     """
     block_size = _int_arg("block_size", block_size)
     if window_size is not None:
         window_size = _int_arg("window_size", window_size)
+    if scale is not None:
+        scale = float(scale)
     extra = None  # no extra source: nothing below looks at the extra_* arguments again
     if (extra_kv_cache is not None or extra_inv_scale is not None or extra_indices is not None
             or extra_lens is not None or extra_block_size is not None or extra_window is not None):
@@ -81,6 +89,11 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
                                                                       extra_block_size),
                        None if extra_window is None else _int_arg("extra_window", extra_window))
     if _torch is not None and isinstance(q, _torch.Tensor):
+        if stream is None and _ops.eager(q):
+            result = _ops.decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
+                                       return_lse, block_size, scale, window_size, extra)
+            if result is not None:
+                return result
         return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                              scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
                              return_lse=return_lse, lse=lse, stream=stream, extra=extra)
@@ -112,6 +125,18 @@ def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa
     entry gets 0 (the seed: NaN); slot ids past the cache are no entry (the seed: an indexing
     error); duplicate ids count as often as they appear, as in the seed.
     """
+    block_size = _int_arg("block_size", block_size)
+    window_size = _int_arg("window_size", window_size)
+    if scale is not None:
+        scale = float(scale)
+    if _ops is not None and _ops.eager(q):
+        # The binding takes the seed's longer rows itself and refuses any other layout, which
+        # _first_rows below then reports.
+        result = _ops.decode_eager(q, swa_kv_cache, swa_inv_scale, swa_indices, swa_lens, None,
+                                   None, None, False, block_size, scale, window_size, None,
+                                   seed_rows=True)
+        if result is not None:
+            return result
     if getattr(q, "ndim", None) == 3:  # any other q is decode()'s to report
         num_tokens = q.shape[0]
         swa_indices = _first_rows(swa_indices, "swa_indices", num_tokens)
@@ -120,45 +145,31 @@ def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa
                   scale=scale, window_size=window_size)
 
 
-_INDICES_LAYOUT = "2-D (T, W) or 3-D (1, T, W)"
-
-
-def _check_batch_of_one(indices, name: str) -> None:
-    if indices.shape[0] != 1:
-        raise ValueError(f"{name} must be {_INDICES_LAYOUT}, got shape {tuple(indices.shape)}")
+_INDICES_LAYOUT = _C.INDICES_LAYOUT  # the binding's, which reads (1, T, W) indices as (T, W)
 
 
 def _first_rows(x, name: str, num_tokens: int):
     """The first num_tokens rows of the seed's swa_indices ((T', W) or (1, T', W)) or swa_lens
-    ((T',)), which may have more rows than q (T' >= T), never fewer."""
-    if not hasattr(x, "ndim"):
+    ((T',)), which may have more rows than q (T' >= T), never fewer. Exactly T rows go through as
+    they are (decode takes (1, T, W) itself)."""
+    ndim = getattr(x, "ndim", None)
+    if ndim is None:
         return x  # not an array: decode() raises the TypeError
     is_indices = name == "swa_indices"
-    if is_indices and x.ndim == 3:
-        _check_batch_of_one(x, name)
+    if is_indices and ndim == 3 and x.shape[0] != 1:
+        raise ValueError(f"{name} must be {_INDICES_LAYOUT}, got shape {tuple(x.shape)}")
     expected = (2, 3) if is_indices else (1,)
-    if x.ndim not in expected:
+    if ndim not in expected:
         layout = _INDICES_LAYOUT if is_indices else "1-D (T,)"
-        raise ValueError(f"{name} must be {layout}, got {x.ndim}-D")
-    row_dim = x.ndim - 2 if is_indices else 0
-    if x.shape[row_dim] < num_tokens:
+        raise ValueError(f"{name} must be {layout}, got {ndim}-D")
+    row_dim = ndim - 2 if is_indices else 0
+    rows = x.shape[row_dim]
+    if rows == num_tokens:
+        return x
+    if rows < num_tokens:
         raise ValueError(f"{name}.shape[{row_dim}] must be >= q.shape[0] (num_tokens) = "
-                         f"{num_tokens}, got {x.shape[row_dim]}")
-    return x[0, :num_tokens] if x.ndim == 3 else x[:num_tokens]
-
-
-def _defaults(q, indices, scale, window_size):
-    if indices.ndim == 3:
-        _check_batch_of_one(indices, "indices")
-        indices = indices[0]
-    if scale is None:
-        # D ** -0.5. A q that is not (T, H, D >= 1) is reported by the binding or by C++ before
-        # scale is used, so any finite placeholder serves there.
-        head_dim = q.shape[-1] if q.ndim == 3 else 0
-        scale = head_dim ** -0.5 if head_dim > 0 else 1.0
-    if window_size is None:
-        window_size = indices.shape[-1]
-    return indices, float(scale), window_size
+                         f"{num_tokens}, got {rows}")
+    return x[0, :num_tokens] if ndim == 3 else x[:num_tokens]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +197,6 @@ def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, w
     if lse is not None and out is None:
         raise ValueError("lse= needs out= as well (without out= the op allocates both)")
 
-    indices, scale, window_size = _defaults(q, indices, scale, window_size)
     extra_args = () if extra is None else extra
     if out is None:
         out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
@@ -283,7 +293,6 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
     else:
         raise ValueError(f"q must be on a cpu or cuda device, got {_device_str(device)}")
 
-    indices, scale, window_size = _defaults(q, indices, scale, window_size)
     num_tokens, num_heads = q.shape[0], q.shape[1]
     if out is None:
         out = _allocate_like(q, tuple(q.shape), None, "out")

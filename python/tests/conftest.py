@@ -17,6 +17,7 @@ import swa_decode
 from swa_decode.limits import GPU_HEAD_DIM
 
 torch = pytest.importorskip("torch")
+from swa_decode import _torch_ops  # noqa: E402 (needs torch)
 
 
 def load_bench_module():
@@ -297,6 +298,19 @@ def assert_lse_equal(lse: torch.Tensor, ref: torch.Tensor, rtol=1e-6):
     finite = torch.isfinite(ref)
     assert torch.allclose(lse[finite], ref[finite], rtol=rtol, atol=1e-6)
     assert (lse[~finite] == ref[~finite]).all()
+
+
+@pytest.fixture
+def op_calls(monkeypatch):
+    """The names of the custom ops that decode() and the drop-in call, in order; an eager call
+    (nothing tracing it) calls none."""
+    calls = []
+    for name in ("decode_op", "decode_out_op"):
+        def counted(*args, _op=getattr(_torch_ops, name), _name=name, **kwargs):
+            calls.append(_name)
+            return _op(*args, **kwargs)
+        monkeypatch.setattr(_torch_ops, name, counted)
+    return calls
 
 
 def has_cuda() -> bool:

@@ -40,12 +40,14 @@ def strided(dtype, shape, strides):
 
 
 def expect(exc, *parts, **overrides):
-    """The call raises `exc` with every substring of `parts` in its message."""
+    """The call raises `exc` with every substring of `parts` in its message (the overrides stay on
+    the check, for test_eager to make the same call on both paths)."""
     def check(b):
         with pytest.raises(exc) as info:
             call(b, **overrides)
         for part in parts:
             assert part in str(info.value), f"{part!r} not in {str(info.value)!r}"
+    check.overrides = overrides
     return check
 
 

@@ -17,6 +17,7 @@ import torch
 import swa_decode
 from conftest import (assert_lse_equal, bf16_baseline, load_bench_module, make_batch, reference,
                       run)
+from swa_decode import _torch_ops
 from swa_decode.limits import GPU_HEAD_DIM, MAX_EXTRA_ENTRIES, MAX_GPU_HEADS, MAX_WINDOW
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -174,6 +175,50 @@ def test_cuda_graph_capture_then_replay_on_new_inputs(with_extra):
         ref_out, ref_lse = reference(b)
         assert_close_to_reference(out.clone(), b, ref_out)
         assert_lse_close(lse.clone(), ref_lse)
+
+
+@pytest.mark.skipif(not _torch_ops._CAN_SKIP_DISPATCH, reason="no DLPack C exchange API in torch")
+def test_eager_call_skips_the_ops_and_runs_on_the_current_stream(op_calls):
+    """The eager path takes torch's current stream from the DLPack exchange API. The side stream
+    is held ~0.1 s by a sleep kernel, so right after the call out must still hold its NaN on the
+    default stream (it would not, had the kernel run on any other stream than the side one)."""
+    b = make_batch(T=8, H=64, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128).to("cuda")
+    out = torch.full_like(b.q, float("nan"))
+    torch.cuda.synchronize()  # the fill is done before the side stream reads nothing of it
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # cycles: ~0.1 s at the H200's ~2 GHz
+        run(b, out=out)
+        fresh = run(b)  # the functional form, on the same path
+    early = out.clone()  # on the default stream, which does not wait for the side one
+    torch.cuda.synchronize()
+    assert op_calls == [], "the eager call went through the custom ops"
+    assert torch.isnan(early).all(), "the kernel did not wait for the side stream"
+    assert_close_to_reference(out, b)
+    assert_close_to_reference(fresh, b)
+
+
+@pytest.mark.skipif(not _torch_ops._CAN_SKIP_DISPATCH, reason="no DLPack C exchange API in torch")
+def test_eager_call_with_out_captured_in_a_cuda_graph(op_calls):
+    """out= and lse= given: the eager call allocates nothing, so it captures as is."""
+    b = make_batch(T=8, H=64, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, seed=4).to("cuda")
+    out = torch.empty_like(b.q)
+    lse = torch.empty(8, 64, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run(b, out=out, lse=lse, return_lse=True)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(b, out=out, lse=lse, return_lse=True)
+    assert op_calls == []
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = reference(b)
+    assert_close_to_reference(out, b, ref_out)
+    assert_lse_close(lse, ref_lse)
 
 
 @pytest.mark.parametrize("with_extra", [False, True])
