@@ -268,6 +268,11 @@ for step in $steps; do
       verdict "pip install from source" "$(exit_problem "$rc")" "$((SECONDS - start)) s; $(tail -1 "$logs/pip_source.log")"
       PYTHONUNBUFFERED=1 timeout 300 python3 -P -m pytest -q -rfE -p no:cacheprovider python/tests > "$logs/pytest_source.log" 2>&1
       pytest_check "pytest (source install)" "$logs/pytest_source.log" $?
+      # Host time per eager call of both Python entry points (python/bench_eager.py).
+      PYTHONUNBUFFERED=1 timeout 120 python3 -P python/bench_eager.py --json "$out/eager_h200.json" > "$logs/bench_eager.log" 2>&1
+      problems=$(exit_problem $?)
+      [ -s "$out/eager_h200.json" ] || problems+="${problems:+; }missing $out/eager_h200.json"
+      verdict "bench_eager" "$problems" "$(tail -6 "$logs/bench_eager.log" | tr '\n' ' ')"
       ;;
     *) verdict "step '$step'" "unknown step (expected tests, sanitize, bench, ab, ncu, python or python-source)" "" ;;
   esac
