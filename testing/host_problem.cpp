@@ -34,6 +34,24 @@ DecodeArgs layout_of(const ProblemShape& s) {
   };
 }
 
+// The extra source's shapes, strides and dtypes, without tensor pointers (so kv_cache is null:
+// args() sets it), or none. A source sharing the window's cache is laid out as the window's pool.
+KvSource extra_layout_of(const ProblemShape& s) {
+  if (!s.extra) return {};
+  const ExtraShape& x = *s.extra;
+  const bool shared = x.shares_window_cache;
+  const int64_t num_blocks = shared ? s.num_blocks : x.num_blocks;
+  const int64_t block_size = shared ? s.block_size : x.block_size;
+  const PaddedStrides kv = shared ? padded_strides(block_size, s.head_dim, s.kv_token_pad, s.kv_block_pad)
+                                  : padded_strides(block_size, s.head_dim, x.kv_token_pad, x.kv_block_pad);
+  return KvSource{
+      .num_blocks = num_blocks, .block_size = block_size, .stride_kv_block = kv.group, .stride_kv_token = kv.row,
+      .inv_scale_dtype = shared ? s.inv_scale_dtype : x.inv_scale_dtype, .num_scales = num_blocks * block_size,
+      .index_dtype = x.index_dtype, .index_cols = x.index_cols, .stride_indices_token = x.index_cols + x.index_pad,
+      .lens_dtype = x.lens_dtype, .max_entries = x.max_entries,
+  };
+}
+
 // Elements from q's first to one past its last element (the padding between rows included).
 size_t q_extent(const DecodeArgs& a) {
   const int64_t last_token = a.num_tokens > 0 ? a.num_tokens - 1 : 0;
@@ -42,18 +60,35 @@ size_t q_extent(const DecodeArgs& a) {
 
 }  // namespace
 
+HostProblem::Pool::Pool(int64_t num_blocks, int64_t pool_block_size, int64_t block_stride, int64_t token_stride)
+    : block_size(pool_block_size),
+      stride_kv_block(block_stride),
+      stride_kv_token(token_stride),
+      num_slots(num_blocks * pool_block_size),
+      cache(static_cast<size_t>(num_blocks * block_stride), kE4m3NaN),
+      scales(static_cast<size_t>(num_slots), float_to_bf16_bits(kNaN), kNaN),
+      filled(static_cast<size_t>(num_slots), false) {}
+
+HostProblem::Ids::Ids(int64_t num_tokens, int64_t row_stride)
+    : stride_indices_token(row_stride),
+      indices(static_cast<size_t>(num_tokens * row_stride), kNoEntry, kNoEntry),
+      lens(static_cast<size_t>(num_tokens), 0, 0) {}
+
 HostProblem::HostProblem(const ProblemShape& shape, uint64_t seed)
     : s_(shape),
       rng_(seed),
       args_(layout_of(shape)),
       q_(q_extent(args_), kBf16PoisonBits),  // the padding must never be read
-      cache_(static_cast<size_t>(shape.num_blocks * args_.stride_kv_block), kE4m3NaN),
-      scales_(static_cast<size_t>(num_slots()), float_to_bf16_bits(kNaN), kNaN),
-      filled_(static_cast<size_t>(num_slots()), false),
-      indices_(static_cast<size_t>(shape.num_tokens * args_.stride_indices_token), kNoEntry, kNoEntry),
-      lens_(static_cast<size_t>(shape.num_tokens), 0, 0),
+      window_pool_(shape.num_blocks, shape.block_size, args_.stride_kv_block, args_.stride_kv_token),
+      window_ids_(shape.num_tokens, args_.stride_indices_token),
       out_(static_cast<size_t>(shape.num_tokens * args_.stride_out_token), kBf16PoisonBits),
       lse_(static_cast<size_t>(shape.num_tokens * args_.stride_lse_token), kNaN) {
+  args_.extra = extra_layout_of(shape);
+  if (s_.extra) {
+    const KvSource& x = args_.extra;
+    extra_ids_.emplace(s_.num_tokens, x.stride_indices_token);
+    if (!s_.extra->shares_window_cache) extra_pool_.emplace(x.num_blocks, x.block_size, x.stride_kv_block, x.stride_kv_token);
+  }
   for (int64_t t = 0; t < s_.num_tokens; ++t) {
     for (int64_t h = 0; h < s_.num_heads; ++h) {
       for (int64_t d = 0; d < s_.head_dim; ++d) set_q(t, h, d, static_cast<float>(rng_.normal()));
@@ -61,40 +96,49 @@ HostProblem::HostProblem(const ProblemShape& shape, uint64_t seed)
   }
 }
 
-void HostProblem::fill_slot(int64_t slot) {
-  if (filled_[slot]) return;
-  filled_[slot] = true;
-  uint8_t* codes = row(slot);
+void HostProblem::fill_slot(int64_t slot, Source source) {
+  std::vector<bool>::reference filled = pool(source).filled[slot];
+  if (filled) return;
+  filled = true;
+  uint8_t* codes = row(slot, source);
   for (int64_t d = 0; d < s_.head_dim; ++d) {
     int64_t code;
     do code = rng_.uniform_int(0, 255); while ((code & 0x78) > 0x48);  // exponent <= 9: |value| <= 7.5
     codes[d] = static_cast<uint8_t>(code);
   }
-  set_scale(slot, static_cast<float>(0.5 + 1.5 * rng_.uniform()));
+  set_scale(slot, static_cast<float>(0.5 + 1.5 * rng_.uniform()), source);
 }
 
-void HostProblem::set_row(int64_t slot, const std::vector<uint8_t>& codes, float inv_scale) {
-  filled_[slot] = true;
-  for (int64_t d = 0; d < s_.head_dim; ++d) row(slot)[d] = codes[d % codes.size()];
-  set_scale(slot, inv_scale);
+void HostProblem::set_row(int64_t slot, const std::vector<uint8_t>& codes, float inv_scale, Source source) {
+  pool(source).filled[slot] = true;
+  for (int64_t d = 0; d < s_.head_dim; ++d) row(slot, source)[d] = codes[d % codes.size()];
+  set_scale(slot, inv_scale, source);
 }
 
-uint8_t* HostProblem::row(int64_t slot) {
-  return &cache_[(slot / s_.block_size) * args_.stride_kv_block + (slot % s_.block_size) * args_.stride_kv_token];
+uint8_t* HostProblem::row(int64_t slot, Source source) {
+  Pool& from = pool(source);
+  return &from.cache[(slot / from.block_size) * from.stride_kv_block + (slot % from.block_size) * from.stride_kv_token];
 }
 
-void HostProblem::set_index(int64_t t, int64_t c, int64_t slot) {
-  if (slot_is_valid(slot, num_slots())) fill_slot(slot);
-  set_index_raw(t, c, slot);
+void HostProblem::set_index(int64_t t, int64_t c, int64_t slot, Source source) {
+  if (slot_is_valid(slot, num_slots(source))) fill_slot(slot, source);
+  set_index_raw(t, c, slot, source);
 }
 
 DecodeArgs HostProblem::args() {
   DecodeArgs a = args_;
   a.q = q_.data();
-  a.kv_cache = cache_.data();
-  a.inv_scale = scales_.data(s_.inv_scale_dtype == DType::kFloat32);
-  a.indices = indices_.data(s_.index_dtype == DType::kInt64);
-  a.lens = lens_.data(s_.lens_dtype == DType::kInt64);
+  a.kv_cache = window_pool_.cache.data();
+  a.inv_scale = window_pool_.scales.data(a.inv_scale_dtype == DType::kFloat32);
+  a.indices = window_ids_.indices.data(a.index_dtype == DType::kInt64);
+  a.lens = window_ids_.lens.data(a.lens_dtype == DType::kInt64);
+  if (s_.extra) {
+    const Pool& extra_pool = pool(Source::kExtra);
+    a.extra.kv_cache = extra_pool.cache.data();
+    a.extra.inv_scale = extra_pool.scales.data(a.extra.inv_scale_dtype == DType::kFloat32);
+    a.extra.indices = extra_ids_->indices.data(a.extra.index_dtype == DType::kInt64);
+    a.extra.lens = extra_ids_->lens.data(a.extra.lens_dtype == DType::kInt64);
+  }
   a.attn_sink = sink_.empty() ? nullptr : sink_.data();
   a.lse = lse_.data();
   a.out = out_.data();

@@ -3,13 +3,15 @@
 // (realistic random batches for the GPU tests and the bench); both draw from testing::Rng, poison
 // with testing's constants and round to bf16 with testing::float_to_bf16_bits (host_numerics.h).
 //
-// Every cache row starts out poisoned (e4m3 NaN kE4m3NaN in every byte, scale NaN), out holds
+// Every cache row of either source (the window and the optional extra source) starts out poisoned
+// (e4m3 NaN kE4m3NaN in every byte, scale NaN), out holds
 // kBf16PoisonBits and lse NaN, and only the slots a test names as entries get real data, so a read
 // of anything docs/semantics.md calls "no entry" turns the result into NaN.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,20 @@
 #include "testing/host_numerics.h"
 
 namespace swa_decode::testing {
+
+// The extra source of a problem (docs/semantics.md, "The extra source"); its head dim and token
+// count are the problem's. Defaults: a pool of 2 blocks of 4 slots, 4 entries a token.
+struct ExtraShape {
+  int64_t num_blocks = 2, block_size = 4;
+  int64_t max_entries = 4, index_cols = 4;
+  int64_t kv_token_pad = 0, kv_block_pad = 0, index_pad = 0;  // as ProblemShape's
+  DType inv_scale_dtype = DType::kBFloat16;
+  DType index_dtype = DType::kInt32;
+  DType lens_dtype = DType::kInt32;
+  // Both sources point at the window's cache and scales: the extra ids name the window's slots,
+  // and num_blocks, block_size, the kv pads and inv_scale_dtype above are ignored.
+  bool shares_window_cache = false;
+};
 
 // Defaults small enough to follow by hand: q [2, 3, 8], a pool of 3 blocks of 4 slots, W = 4.
 struct ProblemShape {
@@ -33,30 +49,41 @@ struct ProblemShape {
   DType inv_scale_dtype = DType::kBFloat16;
   DType index_dtype = DType::kInt32;
   DType lens_dtype = DType::kInt32;
+  std::optional<ExtraShape> extra = std::nullopt;  // none: args().extra.kv_cache is nullptr
 };
+
+// Which of a problem's sources a call addresses. Every slot and index call takes one and defaults
+// to the window.
+enum class Source { kWindow, kExtra };
 
 class HostProblem {
  public:
   HostProblem(const ProblemShape& shape, uint64_t seed);
 
-  int64_t num_slots() const { return s_.num_blocks * s_.block_size; }
+  // Slots of a source's cache (the window's for an extra source that shares it).
+  int64_t num_slots(Source source = Source::kWindow) const { return pool(source).num_slots; }
   const ProblemShape& shape() const { return s_; }
 
   // Gives `slot` a real row (random finite e4m3 codes with |value| <= 7.5) and a scale in [0.5, 2].
-  void fill_slot(int64_t slot);
+  void fill_slot(int64_t slot, Source source = Source::kWindow);
   // Gives `slot` the row codes[d % codes.size()] and `inv_scale`.
-  void set_row(int64_t slot, const std::vector<uint8_t>& codes, float inv_scale);
+  void set_row(int64_t slot, const std::vector<uint8_t>& codes, float inv_scale, Source source = Source::kWindow);
   // Stores bf16(value) as the bf16 and as the fp32 scale, so both dtypes give the same result.
-  void set_scale(int64_t slot, float value) { scales_.set(slot, float_to_bf16_bits(value), round_to_bf16(value)); }
-  uint8_t* row(int64_t slot);
+  void set_scale(int64_t slot, float value, Source source = Source::kWindow) {
+    pool(source).scales.set(slot, float_to_bf16_bits(value), round_to_bf16(value));
+  }
+  uint8_t* row(int64_t slot, Source source = Source::kWindow);
 
   // Writes an index without filling its row (use for ids that must never be read).
-  void set_index_raw(int64_t t, int64_t c, int64_t id) {
-    indices_.set(t * args_.stride_indices_token + c, static_cast<int32_t>(id), id);
+  void set_index_raw(int64_t t, int64_t c, int64_t id, Source source = Source::kWindow) {
+    Ids& to = ids(source);
+    to.indices.set(t * to.stride_indices_token + c, static_cast<int32_t>(id), id);
   }
   // Writes a slot id and fills the slot's row if the id names one.
-  void set_index(int64_t t, int64_t c, int64_t slot);
-  void set_len(int64_t t, int64_t len) { lens_.set(t, static_cast<int32_t>(len), len); }
+  void set_index(int64_t t, int64_t c, int64_t slot, Source source = Source::kWindow);
+  void set_len(int64_t t, int64_t len, Source source = Source::kWindow) {
+    ids(source).lens.set(t, static_cast<int32_t>(len), len);
+  }
   void set_q(int64_t t, int64_t h, int64_t d, float value) { q_[q_offset(t, h, d)] = float_to_bf16_bits(value); }
   void set_sink(std::vector<float> sink) { sink_ = std::move(sink); }
 
@@ -91,19 +118,42 @@ class HostProblem {
     std::vector<Second> second_;
   };
 
+  // One source's paged cache and scales, every slot poisoned until a test fills it.
+  struct Pool {
+    Pool(int64_t num_blocks, int64_t block_size, int64_t stride_kv_block, int64_t stride_kv_token);
+    int64_t block_size, stride_kv_block, stride_kv_token, num_slots;
+    std::vector<uint8_t> cache;
+    InBothDtypes<uint16_t, float> scales;  // bf16 bits, fp32
+    std::vector<bool> filled;
+  };
+  // One source's ids and lengths: no entry (-1) and length 0 until a test sets them.
+  struct Ids {
+    Ids(int64_t num_tokens, int64_t stride_indices_token);
+    int64_t stride_indices_token;
+    InBothDtypes<int32_t, int64_t> indices;
+    InBothDtypes<int32_t, int64_t> lens;
+  };
+
   int64_t q_offset(int64_t t, int64_t h, int64_t d) const {
     return t * args_.stride_q_token + h * args_.stride_q_head + d;
   }
+  bool extra_shares_window_cache() const { return s_.extra.value().shares_window_cache; }
+  Pool& pool(Source source) {
+    return source == Source::kWindow || extra_shares_window_cache() ? window_pool_ : extra_pool_.value();
+  }
+  const Pool& pool(Source source) const {
+    return source == Source::kWindow || extra_shares_window_cache() ? window_pool_ : extra_pool_.value();
+  }
+  Ids& ids(Source source) { return source == Source::kWindow ? window_ids_ : extra_ids_.value(); }
 
   ProblemShape s_;
   Rng rng_;
   DecodeArgs args_;  // shapes, strides and dtypes, set once; args() adds the tensor pointers
   std::vector<uint16_t> q_;
-  std::vector<uint8_t> cache_;
-  InBothDtypes<uint16_t, float> scales_;  // bf16 bits, fp32
-  std::vector<bool> filled_;
-  InBothDtypes<int32_t, int64_t> indices_;
-  InBothDtypes<int32_t, int64_t> lens_;
+  Pool window_pool_;
+  Ids window_ids_;
+  std::optional<Pool> extra_pool_;  // none without an extra source or when it shares the window's
+  std::optional<Ids> extra_ids_;
   std::vector<float> sink_;
   std::vector<uint16_t> out_;
   std::vector<float> lse_;

@@ -107,6 +107,20 @@ SupportInfo from_choice(const KernelChoice& choice) {
   return info;
 }
 
+// Largest power of two <= 16 dividing a source's cache address and both its strides (bytes).
+// Strides of size-1 dimensions are 0 in params, so they never lower it.
+int32_t kv_row_alignment(const KvSourceParams& source) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(source.kv_cache) | static_cast<uint64_t>(source.stride_kv_block) |
+                        static_cast<uint64_t>(source.stride_kv_token) | uint64_t{16};
+  return static_cast<int32_t>(bits & (~bits + 1));  // lowest set bit
+}
+
+// Bytes from a source's cache address to the start of its last row.
+int64_t kv_last_row_offset(const KvSourceParams& source) {
+  return (source.num_slots / source.block_size - 1) * source.stride_kv_block +
+         (source.block_size - 1) * source.stride_kv_token;
+}
+
 // Status for an exception escaping the library's own code: bad_alloc (host memory for a message or
 // the CPU reference) is the only exception the library can raise itself.
 Status from_exception(const char* what) {
@@ -117,22 +131,23 @@ Status from_exception(const char* what) {
 
 DecodeShape decode_shape(const DecodeParams& params) {
   // Strides of size-1 dimensions are 0 in params, so they never lower an alignment.
-  const uint64_t kv_bits = reinterpret_cast<uintptr_t>(params.window.kv_cache) |
-                           static_cast<uint64_t>(params.window.stride_kv_block) |
-                           static_cast<uint64_t>(params.window.stride_kv_token) | uint64_t{16};
   const uint64_t q_out_bits = reinterpret_cast<uintptr_t>(params.q) | reinterpret_cast<uintptr_t>(params.out) |  // bytes
                               (static_cast<uint64_t>(params.stride_q_token) << 1) |
                               (static_cast<uint64_t>(params.stride_q_head) << 1) |
                               (static_cast<uint64_t>(params.stride_out_token) << 1) |
                               (static_cast<uint64_t>(params.stride_out_head) << 1);
+  const bool has_extra = params.extra.kv_cache != nullptr;
   return DecodeShape{.num_tokens = params.num_tokens,
                      .num_heads = params.num_heads,
                      .head_dim = params.head_dim,
                      .window_size = params.window.max_entries,
-                     .kv_row_alignment = static_cast<int32_t>(kv_bits & (~kv_bits + 1)),  // lowest set bit
+                     .kv_row_alignment = kv_row_alignment(params.window),
                      .q_out_aligned_16 = q_out_bits % 16 == 0,
-                     .kv_last_row_offset = (params.window.num_slots / params.window.block_size - 1) * params.window.stride_kv_block +
-                                           (params.window.block_size - 1) * params.window.stride_kv_token};
+                     .kv_last_row_offset = kv_last_row_offset(params.window),
+                     .has_extra = has_extra,
+                     .extra_max_entries = has_extra ? params.extra.max_entries : 0,
+                     .extra_kv_row_alignment = has_extra ? kv_row_alignment(params.extra) : 0,
+                     .extra_kv_last_row_offset = has_extra ? kv_last_row_offset(params.extra) : 0};
 }
 
 namespace {

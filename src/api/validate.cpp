@@ -23,8 +23,19 @@ struct Hex {
   uintptr_t value;
 };
 
+// A field's name as messages print it: the call's own fields and the window's are bare
+// ("kv_cache"), the extra source's carry its prefix ("extra.kv_cache"). Kept in two parts so that
+// a valid call concatenates nothing.
+struct Name {
+  constexpr Name(const char* bare) : prefix(""), field(bare) {}  // implicit: most names are bare
+  constexpr Name(const char* source_prefix, const char* source_field) : prefix(source_prefix), field(source_field) {}
+  const char* prefix;
+  const char* field;
+};
+
 void append(std::string& out, const char* part) { out += part; }
 void append(std::string& out, const std::string& part) { out += part; }
+void append(std::string& out, Name part) { out.append(part.prefix).append(part.field); }
 void append(std::string& out, Hex part) {
   char digits[2 * sizeof(uintptr_t)];
   const auto end = std::to_chars(digits, digits + sizeof(digits), part.value, 16).ptr;
@@ -44,12 +55,12 @@ Status invalid(const Parts&... parts) {
   return {StatusCode::kInvalidArgument, std::move(message)};
 }
 
-Status check_range(const char* field, int64_t value, int64_t lo, int64_t hi) {
+Status check_range(Name field, int64_t value, int64_t lo, int64_t hi) {
   if (value >= lo && value <= hi) return {};
   return invalid(field, " must be in [", lo, ", ", hi, "], got ", value);
 }
 
-Status check_pointer(const char* field, const void* ptr, bool required, const char* when,
+Status check_pointer(Name field, const void* ptr, bool required, const char* when,
                      int64_t alignment, const char* element) {
   if (ptr == nullptr) {
     if (!required) return {};
@@ -85,14 +96,14 @@ int64_t dtype_bytes(DType dtype) {
   return 1;
 }
 
-Status check_dtype(const char* field, DType dtype, DType a, DType b) {
+Status check_dtype(Name field, DType dtype, DType a, DType b) {
   if (dtype == a || dtype == b) return {};
   return invalid(field, " must be ", dtype_name(a), " or ", dtype_name(b), ", got ", dtype_name(dtype));
 }
 
 // One dimension of a tensor whose innermost dimension is contiguous.
 struct StridedDim {
-  const char* stride_field;
+  Name stride_field;
   int64_t size;
   int64_t stride;
 };
@@ -102,7 +113,7 @@ struct StridedDim {
 // contiguous innermost extent. Dimensions of size 1 are ignored, as PyTorch does. This accepts
 // token-major and head-major layouts alike and rejects e.g. stride_q_head < head_dim with H > 1.
 template <size_t N>
-Status check_no_overlap(const char* tensor, const char* inner_field, int64_t inner_extent,
+Status check_no_overlap(Name tensor, Name inner_field, int64_t inner_extent,
                         std::array<StridedDim, N> dims) {
   std::stable_sort(dims.begin(), dims.end(),
                    [](const StridedDim& a, const StridedDim& b) { return a.stride < b.stride; });
@@ -111,9 +122,12 @@ Status check_no_overlap(const char* tensor, const char* inner_field, int64_t inn
     const StridedDim& dim = dims[i];
     if (dim.size <= 1) continue;
     if (dim.stride < span) {
-      std::string span_of = inner_field;  // built on the failure path only
+      std::string span_of;  // built on the failure path only
+      append(span_of, inner_field);
       for (size_t j = 0; j < i; ++j) {
-        if (dims[j].size > 1) span_of += std::string(" x ") + dims[j].stride_field;
+        if (dims[j].size <= 1) continue;
+        span_of += " x ";
+        append(span_of, dims[j].stride_field);
       }
       return invalid(dim.stride_field, " must be >= ", span, " (so that ", tensor,
                      " does not overlap itself: the span of ", span_of, "), got ", dim.stride);
@@ -130,6 +144,95 @@ Status check_no_overlap(const char* tensor, const char* inner_field, int64_t inn
 // A dimension of size <= 1 never moves an address, so its stride is set to 0: kernels then see
 // neither an arbitrary caller value nor one that breaks an alignment test, and nothing overflows.
 int64_t normalised(int64_t size, int64_t stride) { return size <= 1 ? 0 : stride; }
+
+// How messages name one KV source's fields (docs/semantics.md, "Argument rules" and "The extra
+// source"), and the limit of its entries.
+struct SourceNames {
+  const char* prefix;         // "" for the window, "extra." for the extra source
+  Name max_entries;           // the field holding the source's entry limit
+  int64_t max_entries_limit;  // from swa_decode/limits.h
+};
+
+constexpr SourceNames kWindowNames{"", "window_size", kMaxWindow};
+constexpr SourceNames kExtraNames{"extra.", Name("extra.", "max_entries"), kMaxExtraEntries};
+
+// The window's fields of DecodeArgs as a KvSource, so that one check and one translation serve
+// both sources.
+KvSource window_source(const DecodeArgs& a) {
+  return KvSource{.kv_cache = a.kv_cache, .num_blocks = a.num_blocks, .block_size = a.block_size,
+                  .stride_kv_block = a.stride_kv_block, .stride_kv_token = a.stride_kv_token,
+                  .inv_scale = a.inv_scale, .inv_scale_dtype = a.inv_scale_dtype, .num_scales = a.num_scales,
+                  .indices = a.indices, .index_dtype = a.index_dtype, .index_cols = a.index_cols,
+                  .stride_indices_token = a.stride_indices_token, .lens = a.lens, .lens_dtype = a.lens_dtype,
+                  .max_entries = a.window_size};
+}
+
+// Every rule of one source: shapes (block_size and max_entries fit the int32 fields of
+// KvSourceParams), dtypes, pointers and strides. head_dim and num_tokens are the call's, already
+// checked.
+Status check_source(const KvSource& src, const SourceNames& names, int64_t head_dim, int64_t num_tokens) {
+  const auto name = [&names](const char* field) { return Name(names.prefix, field); };
+  Status s;
+  if (!(s = check_range(name("num_blocks"), src.num_blocks, 1, kInt64Max)).ok()) return s;
+  if (!(s = check_range(name("block_size"), src.block_size, 1, kInt32Max)).ok()) return s;
+  if (!(s = check_range(names.max_entries, src.max_entries, 1, names.max_entries_limit)).ok()) return s;
+  if (src.num_blocks > kInt64Max / src.block_size) {
+    return invalid(name("num_blocks"), " * ", name("block_size"), " must fit in int64, got ", name("num_blocks"),
+                   " = ", src.num_blocks, " and ", name("block_size"), " = ", src.block_size);
+  }
+  const int64_t num_slots = src.num_blocks * src.block_size;
+  if (src.index_cols < src.max_entries) {
+    return invalid(name("index_cols"), " must be >= ", names.max_entries, " = ", src.max_entries, ", got ",
+                   src.index_cols);
+  }
+  if (src.num_scales < num_slots) {
+    return invalid(name("num_scales"), " must be >= ", name("num_blocks"), " * ", name("block_size"), " = ",
+                   num_slots, ", got ", src.num_scales);
+  }
+
+  if (!(s = check_dtype(name("inv_scale_dtype"), src.inv_scale_dtype, DType::kBFloat16, DType::kFloat32)).ok()) {
+    return s;
+  }
+  if (!(s = check_dtype(name("index_dtype"), src.index_dtype, DType::kInt32, DType::kInt64)).ok()) return s;
+  if (!(s = check_dtype(name("lens_dtype"), src.lens_dtype, DType::kInt32, DType::kInt64)).ok()) return s;
+
+  const bool has_tokens = num_tokens > 0;
+  const char* per_token = " when num_tokens > 0";
+  if (!(s = check_pointer(name("kv_cache"), src.kv_cache, true, "", 1, "e4m3")).ok()) return s;
+  if (!(s = check_pointer(name("inv_scale"), src.inv_scale, true, "", dtype_bytes(src.inv_scale_dtype),
+                          known_dtype_name(src.inv_scale_dtype))).ok()) return s;
+  if (!(s = check_pointer(name("indices"), src.indices, has_tokens, per_token, dtype_bytes(src.index_dtype),
+                          known_dtype_name(src.index_dtype))).ok()) return s;
+  if (!(s = check_pointer(name("lens"), src.lens, has_tokens, per_token, dtype_bytes(src.lens_dtype),
+                          known_dtype_name(src.lens_dtype))).ok()) return s;
+
+  s = check_no_overlap(name("kv_cache"), "head_dim", head_dim,
+                       std::array<StridedDim, 2>{{{name("stride_kv_block"), src.num_blocks, src.stride_kv_block},
+                                                  {name("stride_kv_token"), src.block_size, src.stride_kv_token}}});
+  if (!s.ok() || !has_tokens) return s;
+  return check_no_overlap(name("indices"), name("index_cols"), src.index_cols,
+                          std::array<StridedDim, 1>{{{name("stride_indices_token"), num_tokens,
+                                                      src.stride_indices_token}}});
+}
+
+// The kernels' view of a source that passed check_source: strides of size-1 dimensions become 0.
+KvSourceParams source_params(const KvSource& src, int64_t num_tokens) {
+  return KvSourceParams{
+      .kv_cache = static_cast<const uint8_t*>(src.kv_cache),
+      .inv_scale = src.inv_scale,
+      .indices = src.indices,
+      .lens = src.lens,
+      .stride_kv_block = normalised(src.num_blocks, src.stride_kv_block),
+      .stride_kv_token = normalised(src.block_size, src.stride_kv_token),
+      .stride_indices_token = normalised(num_tokens, src.stride_indices_token),
+      .num_slots = src.num_blocks * src.block_size,
+      .block_size = static_cast<int32_t>(src.block_size),
+      .max_entries = static_cast<int32_t>(src.max_entries),
+      .inv_scale_is_f32 = src.inv_scale_dtype == DType::kFloat32 ? 1 : 0,
+      .index_is_i64 = src.index_dtype == DType::kInt64 ? 1 : 0,
+      .lens_is_i64 = src.lens_dtype == DType::kInt64 ? 1 : 0,
+  };
+}
 
 }  // namespace
 
@@ -149,48 +252,24 @@ Status validate_args(const DecodeArgs& a) {
   if (!(s = check_range("num_tokens", a.num_tokens, 0, kInt32Max)).ok()) return s;
   if (!(s = check_range("num_heads", a.num_heads, 1, cuda ? kMaxGpuHeads : kInt32Max)).ok()) return s;
   if (!(s = check_range("head_dim", a.head_dim, 1, kInt32Max)).ok()) return s;
-  if (!(s = check_range("num_blocks", a.num_blocks, 1, kInt64Max)).ok()) return s;
-  if (!(s = check_range("block_size", a.block_size, 1, kInt32Max)).ok()) return s;
-  if (!(s = check_range("window_size", a.window_size, 1, kMaxWindow)).ok()) return s;
-  if (a.num_blocks > kInt64Max / a.block_size) {
-    return invalid("num_blocks * block_size must fit in int64, got num_blocks = ", a.num_blocks,
-                   " and block_size = ", a.block_size);
-  }
-  const int64_t num_slots = a.num_blocks * a.block_size;
-  if (a.index_cols < a.window_size) {
-    return invalid("index_cols must be >= window_size = ", a.window_size, ", got ", a.index_cols);
-  }
-  if (a.num_scales < num_slots) {
-    return invalid("num_scales must be >= num_blocks * block_size = ", num_slots, ", got ", a.num_scales);
-  }
   if (!std::isfinite(a.scale)) return invalid("scale must be finite, got ", a.scale);
 
-  // ---- dtypes ----
-  if (!(s = check_dtype("inv_scale_dtype", a.inv_scale_dtype, DType::kBFloat16, DType::kFloat32)).ok()) return s;
-  if (!(s = check_dtype("index_dtype", a.index_dtype, DType::kInt32, DType::kInt64)).ok()) return s;
-  if (!(s = check_dtype("lens_dtype", a.lens_dtype, DType::kInt32, DType::kInt64)).ok()) return s;
+  // ---- the sources: the window always, the extra source when it has a cache ----
+  if (!(s = check_source(window_source(a), kWindowNames, a.head_dim, a.num_tokens)).ok()) return s;
+  if (a.extra.kv_cache != nullptr) {
+    if (!(s = check_source(a.extra, kExtraNames, a.head_dim, a.num_tokens)).ok()) return s;
+  }
 
-  // ---- pointers: required ones non-null, every one aligned to its element ----
+  // ---- the per-token tensors: required ones non-null, every one aligned to its element ----
   const bool has_tokens = a.num_tokens > 0;
   const char* per_token = " when num_tokens > 0";
-  if (!(s = check_pointer("kv_cache", a.kv_cache, true, "", 1, "e4m3")).ok()) return s;
-  if (!(s = check_pointer("inv_scale", a.inv_scale, true, "", dtype_bytes(a.inv_scale_dtype),
-                          known_dtype_name(a.inv_scale_dtype))).ok()) return s;
   if (!(s = check_pointer("q", a.q, has_tokens, per_token, 2, "bf16")).ok()) return s;
-  if (!(s = check_pointer("indices", a.indices, has_tokens, per_token, dtype_bytes(a.index_dtype),
-                          known_dtype_name(a.index_dtype))).ok()) return s;
-  if (!(s = check_pointer("lens", a.lens, has_tokens, per_token, dtype_bytes(a.lens_dtype),
-                          known_dtype_name(a.lens_dtype))).ok()) return s;
   if (!(s = check_pointer("out", a.out, has_tokens, per_token, 2, "bf16")).ok()) return s;
   if (!(s = check_pointer("attn_sink", a.attn_sink, false, "", 4, "fp32")).ok()) return s;
   if (!(s = check_pointer("lse", a.lse, false, "", 4, "fp32")).ok()) return s;
+  if (!has_tokens) return {};
 
   // ---- strides: no tensor overlaps itself ----
-  s = check_no_overlap("kv_cache", "head_dim", a.head_dim,
-                       std::array<StridedDim, 2>{{{"stride_kv_block", a.num_blocks, a.stride_kv_block},
-                                                  {"stride_kv_token", a.block_size, a.stride_kv_token}}});
-  if (!s.ok()) return s;
-  if (!has_tokens) return {};
   s = check_no_overlap("q", "head_dim", a.head_dim,
                        std::array<StridedDim, 2>{{{"stride_q_token", a.num_tokens, a.stride_q_token},
                                                   {"stride_q_head", a.num_heads, a.stride_q_head}}});
@@ -198,10 +277,6 @@ Status validate_args(const DecodeArgs& a) {
   s = check_no_overlap("out", "head_dim", a.head_dim,
                        std::array<StridedDim, 2>{{{"stride_out_token", a.num_tokens, a.stride_out_token},
                                                   {"stride_out_head", a.num_heads, a.stride_out_head}}});
-  if (!s.ok()) return s;
-  s = check_no_overlap("indices", "index_cols", a.index_cols,
-                       std::array<StridedDim, 1>{{{"stride_indices_token", a.num_tokens,
-                                                   a.stride_indices_token}}});
   if (!s.ok()) return s;
   if (a.lse != nullptr) {
     s = check_no_overlap("lse", "num_heads", a.num_heads,
@@ -222,23 +297,8 @@ DecodeParams make_params(const DecodeArgs& a) {
       .stride_lse_token = normalised(a.num_tokens, a.stride_lse_token),
       .stride_out_token = normalised(a.num_tokens, a.stride_out_token),
       .stride_out_head = normalised(a.num_heads, a.stride_out_head),
-      .window =
-          KvSourceParams{
-              .kv_cache = static_cast<const uint8_t*>(a.kv_cache),
-              .inv_scale = a.inv_scale,
-              .indices = a.indices,
-              .lens = a.lens,
-              .stride_kv_block = normalised(a.num_blocks, a.stride_kv_block),
-              .stride_kv_token = normalised(a.block_size, a.stride_kv_token),
-              .stride_indices_token = normalised(a.num_tokens, a.stride_indices_token),
-              .num_slots = a.num_blocks * a.block_size,
-              .block_size = static_cast<int32_t>(a.block_size),
-              .max_entries = static_cast<int32_t>(a.window_size),
-              .inv_scale_is_f32 = a.inv_scale_dtype == DType::kFloat32 ? 1 : 0,
-              .index_is_i64 = a.index_dtype == DType::kInt64 ? 1 : 0,
-              .lens_is_i64 = a.lens_dtype == DType::kInt64 ? 1 : 0,
-          },
-      .extra = KvSourceParams{},
+      .window = source_params(window_source(a), a.num_tokens),
+      .extra = a.extra.kv_cache != nullptr ? source_params(a.extra, a.num_tokens) : KvSourceParams{},
       .num_tokens = static_cast<int32_t>(a.num_tokens),
       .num_heads = static_cast<int32_t>(a.num_heads),
       .head_dim = static_cast<int32_t>(a.head_dim),

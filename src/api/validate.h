@@ -1,5 +1,6 @@
 // Argument checks, done once per call, and the translation of a DecodeArgs into the DecodeParams
-// every kernel takes. The rules are those of docs/semantics.md, "Argument rules".
+// every kernel takes. The rules are those of docs/semantics.md, "Argument rules" and "The extra
+// source" (its rules are the window's, its messages name extra.<field>).
 #pragma once
 
 #include "swa_decode/limits.h"

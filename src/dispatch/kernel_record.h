@@ -37,6 +37,13 @@ struct DecodeShape {
   // Bytes from the kv_cache address to the start of its last row (the sm90 kernel keeps row
   // offsets as 32-bit counts of 16 bytes, so it needs this below 64 GiB).
   int64_t kv_last_row_offset = 0;
+  // The extra source (docs/semantics.md, "The extra source"): whether there is one and, if so, its
+  // entry limit and its cache's row alignment and last row offset, as the window's above. All 0
+  // without one.
+  bool has_extra = false;
+  int64_t extra_max_entries = 0;  // extra.max_entries: 1..kMaxExtraEntries index columns a token
+  int32_t extra_kv_row_alignment = 0;
+  int64_t extra_kv_last_row_offset = 0;
 };
 
 // What the selection needs to know about the GPU (read once by the caller via cudaGetDeviceProperties).

@@ -1,6 +1,7 @@
 // The portable tensor-core kernel (mma.sync m16n8k16, sm_80 and newer; src/kernels/portable/):
-// runs every shape the shared GPU checks accept on any device with room for its smallest staging
-// ring, so it is the last record and always preferred.
+// runs every window-only shape the shared GPU checks accept on any device with room for its
+// smallest staging ring, so it is the last record and always preferred. It reads no extra source
+// yet (issue 11): the first line of why_not refuses one.
 #include <string>
 
 #include "src/dispatch/kernel_record.h"
@@ -11,6 +12,7 @@ namespace swa_decode {
 namespace {
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
+  if (shape.has_extra) return "the portable kernel does not read an extra KV source yet";  // issue 11
   const int window = static_cast<int>(shape.window_size);
   if (portable::choose_stages(1, window, device.smem_optin_bytes) != 0) return {};
   const int smallest_ring_bytes = portable::ring_plan(1, portable::kMinStages, window).total_bytes;

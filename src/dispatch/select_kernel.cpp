@@ -68,6 +68,15 @@ std::string gpu_why_not(const DecodeShape& shape, const DeviceInfo& device) {
   if (!shape.q_out_aligned_16) {
     return "q and out addresses and their token/head strides must be multiples of 8 elements (16 bytes) on the GPU";
   }
+  if (!shape.has_extra) return {};
+  if (shape.extra_max_entries < 1 || shape.extra_max_entries > kMaxExtraEntries) {
+    return "extra.max_entries must be in [1, " + std::to_string(kMaxExtraEntries) + "], got " +
+           std::to_string(shape.extra_max_entries);
+  }
+  if (shape.extra_kv_row_alignment < 4) {
+    return "extra.kv_cache address, extra.stride_kv_block and extra.stride_kv_token must be multiples of 4 bytes on "
+           "the GPU, got alignment " + std::to_string(shape.extra_kv_row_alignment);
+  }
   return {};
 }
 

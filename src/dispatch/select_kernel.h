@@ -29,7 +29,8 @@ const KernelRecord* find_kernel(std::string_view family);
 
 // Why no GPU kernel can run `shape` on `device` whatever its family ("" if these checks pass):
 // compute capability >= 8.0, head_dim == kGpuHeadDim, 1..kMaxGpuHeads heads, window 1..kMaxWindow,
-// 4-byte kv_cache rows and 16-byte q / out rows.
+// 4-byte kv_cache rows and 16-byte q / out rows; with an extra source, 1..kMaxExtraEntries entries
+// and 4-byte extra.kv_cache rows. Whether a family reads an extra source is its record's why_not.
 std::string gpu_why_not(const DecodeShape& shape, const DeviceInfo& device);
 
 // Whether this build contains the sm_90a fast path (CMake builds it when sm_90 is a target).

@@ -1,6 +1,7 @@
 // The Hopper fast path (wgmma, TMA, setmaxnreg; src/kernels/sm90/): one persistent CTA per SM runs
 // one token at a time with the whole window and all heads, so it needs the window in shared memory
-// and pays off only where there are enough heads and tokens to fill the machine.
+// and pays off only where there are enough heads and tokens to fill the machine. It reads no extra
+// source yet (issue 11): the first line of why_not refuses one.
 #include <cstdint>
 #include <string>
 
@@ -21,6 +22,7 @@ constexpr int64_t kMinHeads = 17;  // 16 heads or fewer: 64-row wgmma would wast
 constexpr int64_t kMinTokens = 64;
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
+  if (shape.has_extra) return "the sm90 kernel does not read an extra KV source yet";  // issue 11
   if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";
   if (device.cc_major != 9 || device.cc_minor != 0) {
     return "the sm90 kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +

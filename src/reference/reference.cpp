@@ -20,36 +20,29 @@ double read_bf16(const void* base, int64_t element) {
   return bf16_to_float(static_cast<const uint16_t*>(base)[element]);
 }
 
-double read_scale(const DecodeArgs& a, int64_t slot) {
-  if (a.inv_scale_dtype == DType::kFloat32) return static_cast<const float*>(a.inv_scale)[slot];
-  return read_bf16(a.inv_scale, slot);
+double read_scale(const void* base, DType dtype, int64_t slot) {
+  if (dtype == DType::kFloat32) return static_cast<const float*>(base)[slot];
+  return read_bf16(base, slot);
 }
 
-// The slots of token t's valid entries, in column order, duplicates kept ("Valid entries").
-std::vector<int64_t> valid_slots(const DecodeArgs& a, int64_t t) {
-  const int64_t len = read_int(a.lens, a.lens_dtype, t);
-  const int64_t columns = std::min(std::max<int64_t>(len, 0), a.window_size);
-  const int64_t num_slots = a.num_blocks * a.block_size;
-  std::vector<int64_t> slots;
+// Appends to k ([J, D]) the dequantized row k_j[d] = e4m3(row(slot)[d]) * inv_scale[slot] of every
+// valid entry of token t in one source, in column order, duplicates kept ("Valid entries", "The
+// extra source"). DecodeArgs names the window's fields as KvSource names the extra source's, so the
+// one template reads either; `max_entries` is window_size for the window.
+template <class Source>
+void append_valid_rows(const Source& src, int64_t max_entries, int64_t head_dim, int64_t t, std::vector<double>& k) {
+  const int64_t len = read_int(src.lens, src.lens_dtype, t);
+  const int64_t columns = std::min(std::max<int64_t>(len, 0), max_entries);
+  const int64_t num_slots = src.num_blocks * src.block_size;
+  const auto* cache = static_cast<const uint8_t*>(src.kv_cache);
   for (int64_t c = 0; c < columns; ++c) {
-    const int64_t slot = read_int(a.indices, a.index_dtype, t * a.stride_indices_token + c);
-    if (slot >= 0 && slot < num_slots) slots.push_back(slot);
+    const int64_t slot = read_int(src.indices, src.index_dtype, t * src.stride_indices_token + c);
+    if (slot < 0 || slot >= num_slots) continue;  // no entry: neither its row nor its scale is read
+    const uint8_t* row =
+        cache + (slot / src.block_size) * src.stride_kv_block + (slot % src.block_size) * src.stride_kv_token;
+    const double inv_scale = read_scale(src.inv_scale, src.inv_scale_dtype, slot);
+    for (int64_t d = 0; d < head_dim; ++d) k.push_back(decode_e4m3(row[d]) * inv_scale);
   }
-  return slots;
-}
-
-// k_j[d] = e4m3(row(slot)[d]) * inv_scale[slot], for every valid entry: [J, D].
-std::vector<double> dequantized_rows(const DecodeArgs& a, const std::vector<int64_t>& slots) {
-  const auto* cache = static_cast<const uint8_t*>(a.kv_cache);
-  std::vector<double> k(slots.size() * a.head_dim);
-  for (size_t j = 0; j < slots.size(); ++j) {
-    const int64_t block = slots[j] / a.block_size;
-    const int64_t offset = slots[j] % a.block_size;
-    const uint8_t* row = cache + block * a.stride_kv_block + offset * a.stride_kv_token;
-    const double inv_scale = read_scale(a, slots[j]);
-    for (int64_t d = 0; d < a.head_dim; ++d) k[j * a.head_dim + d] = decode_e4m3(row[d]) * inv_scale;
-  }
-  return k;
 }
 
 }  // namespace
@@ -100,12 +93,14 @@ Result compute(const DecodeArgs& a) {
   r.out.assign(T * H * D, 0.0);
   r.lse.assign(T * H, -kInf);
 
+  std::vector<double> k;  // [J, D]: J_t, the window's valid entries followed by the extra source's
   std::vector<double> scores;
   for (int64_t t = 0; t < T; ++t) {
-    const std::vector<int64_t> slots = valid_slots(a, t);
-    if (slots.empty()) continue;  // empty token: out = 0, lse = -inf, whatever the sink
-    const std::vector<double> k = dequantized_rows(a, slots);
-    const int64_t J = static_cast<int64_t>(slots.size());
+    k.clear();
+    append_valid_rows(a, a.window_size, D, t, k);
+    if (a.extra.kv_cache != nullptr) append_valid_rows(a.extra, a.extra.max_entries, D, t, k);
+    const int64_t J = static_cast<int64_t>(k.size()) / D;
+    if (J == 0) continue;  // empty token (no entry in either source): out = 0, lse = -inf, whatever the sink
     scores.assign(J, 0.0);
 
     for (int64_t h = 0; h < H; ++h) {

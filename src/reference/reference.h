@@ -38,7 +38,9 @@ struct Result {
   double lse_at(int64_t t, int64_t h) const { return lse[t * num_heads + h]; }
 };
 
-// Computes out and lse in float64. Reads args.out / args.lse not at all and writes nothing there.
+// Computes out and lse in float64, one softmax over the window's valid entries and, when
+// args.extra.kv_cache is set, the extra source's ("The extra source"). Reads args.out / args.lse
+// not at all and writes nothing there.
 Result compute(const DecodeArgs& args);
 
 // Computes in float64 and writes args.out (bf16, rounded once) and args.lse (fp32) if non-null.

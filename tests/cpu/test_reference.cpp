@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "src/api/validate.h"
@@ -19,6 +21,7 @@ namespace {
 
 using testing::HostProblem;
 using testing::ProblemShape;
+using testing::Source;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -51,72 +54,90 @@ struct Dense {
   std::vector<long double> lse;  // [T, H]
 };
 
-Dense dense_decode(const DecodeArgs& a) {
-  const int64_t T = a.num_tokens, H = a.num_heads, D = a.head_dim, W = a.window_size;
-  const int64_t S = a.num_blocks * a.block_size;
-  // Every cache row, poisoned or not, dequantized up front.
-  std::vector<long double> k_all(S * D);
+// One source as the dense version sees it: every row of its pool dequantized up front, poisoned
+// or not, and per token the row each of its first max_entries columns names (nullptr: no entry).
+struct DenseSource {
+  int64_t max_entries = 0;
+  std::vector<long double> k_all;         // [S, D]
+  std::vector<const long double*> named;  // [T, max_entries]
+};
+
+// DecodeArgs names its window fields as KvSource names the extra source's, so this reads either.
+template <class Source>
+DenseSource dense_source(const Source& s, int64_t max_entries, int64_t T, int64_t D) {
+  const int64_t S = s.num_blocks * s.block_size;
+  DenseSource r{.max_entries = max_entries, .k_all = std::vector<long double>(S * D), .named = {}};
   for (int64_t slot = 0; slot < S; ++slot) {
-    const auto* row = static_cast<const uint8_t*>(a.kv_cache) + (slot / a.block_size) * a.stride_kv_block +
-                      (slot % a.block_size) * a.stride_kv_token;
+    const auto* row = static_cast<const uint8_t*>(s.kv_cache) + (slot / s.block_size) * s.stride_kv_block +
+                      (slot % s.block_size) * s.stride_kv_token;
     const long double inv_scale =
-        a.inv_scale_dtype == DType::kFloat32 ? static_cast<const float*>(a.inv_scale)[slot]
-                                             : bf16_value(static_cast<const uint16_t*>(a.inv_scale)[slot]);
-    for (int64_t d = 0; d < D; ++d) k_all[slot * D + d] = e4m3_via_binary32(row[d]) * inv_scale;
+        s.inv_scale_dtype == DType::kFloat32 ? static_cast<const float*>(s.inv_scale)[slot]
+                                             : bf16_value(static_cast<const uint16_t*>(s.inv_scale)[slot]);
+    for (int64_t d = 0; d < D; ++d) r.k_all[slot * D + d] = e4m3_via_binary32(row[d]) * inv_scale;
   }
-  auto index_at = [&](int64_t t, int64_t c) -> int64_t {
-    const int64_t e = t * a.stride_indices_token + c;
-    return a.index_dtype == DType::kInt64 ? static_cast<const int64_t*>(a.indices)[e]
-                                          : static_cast<const int32_t*>(a.indices)[e];
-  };
-  auto len_at = [&](int64_t t) -> int64_t {
-    return a.lens_dtype == DType::kInt64 ? static_cast<const int64_t*>(a.lens)[t]
-                                         : static_cast<const int32_t*>(a.lens)[t];
-  };
+  // The window rule re-derived from docs/semantics.md on purpose (not src/common/window_rule.h):
+  // this is the reference's independent oracle.
+  r.named.assign(T * max_entries, nullptr);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t len = s.lens_dtype == DType::kInt64 ? static_cast<const int64_t*>(s.lens)[t]
+                                                      : static_cast<const int32_t*>(s.lens)[t];
+    for (int64_t c = 0; c < max_entries; ++c) {
+      const int64_t e = t * s.stride_indices_token + c;
+      const int64_t id = s.index_dtype == DType::kInt64 ? static_cast<const int64_t*>(s.indices)[e]
+                                                        : static_cast<const int32_t*>(s.indices)[e];
+      if (c < len && id >= 0 && id < S) r.named[t * max_entries + c] = &r.k_all[id * D];
+    }
+  }
+  return r;
+}
+
+Dense dense_decode(const DecodeArgs& a) {
+  const int64_t T = a.num_tokens, H = a.num_heads, D = a.head_dim;
+  std::vector<DenseSource> sources;
+  sources.push_back(dense_source(a, a.window_size, T, D));
+  if (a.extra.kv_cache != nullptr) sources.push_back(dense_source(a.extra, a.extra.max_entries, T, D));
 
   Dense r;
   r.out.assign(T * H * D, 0.0L);
   r.lse.assign(T * H, -std::numeric_limits<long double>::infinity());
   for (int64_t t = 0; t < T; ++t) {
-    // The window rule re-derived from docs/semantics.md on purpose (not src/common/window_rule.h):
-    // this is the reference's independent oracle.
-    std::vector<bool> valid(W);
-    bool any = false;
-    for (int64_t c = 0; c < W; ++c) {
-      const int64_t id = index_at(t, c);
-      valid[c] = c < len_at(t) && id >= 0 && id < S;
-      any = any || valid[c];
+    // Every column of every source, the window's first, each the row it names or nullptr.
+    std::vector<const long double*> k;
+    for (const DenseSource& source : sources) {
+      k.insert(k.end(), source.named.begin() + t * source.max_entries,
+               source.named.begin() + (t + 1) * source.max_entries);
     }
-    if (!any) continue;
+    const int64_t C = static_cast<int64_t>(k.size());
+    if (std::count(k.begin(), k.end(), nullptr) == C) continue;
     for (int64_t h = 0; h < H; ++h) {
-      // logits[0..W) are the window columns (-inf where no entry), logits[W] the sink.
-      std::vector<long double> logits(W + 1, -std::numeric_limits<long double>::infinity());
+      // logits[0..C) are the columns (-inf where no entry), logits[C] the sink.
+      std::vector<long double> logits(C + 1, -std::numeric_limits<long double>::infinity());
       long double sum_exp = 0.0L;
-      for (int64_t c = 0; c < W; ++c) {
-        if (!valid[c]) continue;
+      for (int64_t c = 0; c < C; ++c) {
+        if (k[c] == nullptr) continue;
         long double dot = 0.0L;
         for (int64_t d = 0; d < D; ++d) {
           const long double q = bf16_value(static_cast<const uint16_t*>(a.q)[t * a.stride_q_token + h * a.stride_q_head + d]);
-          dot += q * k_all[index_at(t, c) * D + d];
+          dot += q * k[c][d];
         }
         logits[c] = static_cast<long double>(a.scale) * dot;
         sum_exp += std::exp(logits[c]);
       }
       r.lse[t * H + h] = std::log(sum_exp);
-      if (a.attn_sink != nullptr) logits[W] = a.attn_sink[h];
+      if (a.attn_sink != nullptr) logits[C] = a.attn_sink[h];
 
-      std::vector<long double> p(W + 1, 0.0L);
-      if (logits[W] == std::numeric_limits<long double>::infinity()) {
-        p[W] = 1.0L;
+      std::vector<long double> p(C + 1, 0.0L);
+      if (logits[C] == std::numeric_limits<long double>::infinity()) {
+        p[C] = 1.0L;
       } else {
         const long double m = *std::max_element(logits.begin(), logits.end());
         long double z = 0.0L;
-        for (int64_t c = 0; c <= W; ++c) z += std::exp(logits[c] - m);
-        for (int64_t c = 0; c <= W; ++c) p[c] = std::exp(logits[c] - m) / z;
+        for (int64_t c = 0; c <= C; ++c) z += std::exp(logits[c] - m);
+        for (int64_t c = 0; c <= C; ++c) p[c] = std::exp(logits[c] - m) / z;
       }
-      for (int64_t c = 0; c < W; ++c) {
-        if (!valid[c]) continue;
-        for (int64_t d = 0; d < D; ++d) r.out[(t * H + h) * D + d] += p[c] * k_all[index_at(t, c) * D + d];
+      for (int64_t c = 0; c < C; ++c) {
+        if (k[c] == nullptr) continue;
+        for (int64_t d = 0; d < D; ++d) r.out[(t * H + h) * D + d] += p[c] * k[c][d];
       }
     }
   }
@@ -217,6 +238,48 @@ TEST(ReferenceBf16, RoundsOnceToNearestEven) {
 // ---------------------------------------------------------------------------------------------
 // Against the dense version
 
+// How one source's columns are drawn for a random problem.
+struct ColumnDraw {
+  Source source;
+  int64_t max_entries;    // the source's limit: window_size or extra.max_entries
+  int64_t index_cols;
+  int64_t real_slots;     // real entries name slots in [0, real_slots)
+  int64_t poisoned_slot;  // a slot below the source's range, never filled: fills the columns that must not be read
+  int64_t past_id;        // an id past the source's slot range
+};
+
+// Sets token t's length and columns in one source: in the first min(len, limit) columns mostly
+// real slots, some holes (-1), some ids past the slot range and repeats of the previous slot.
+void draw_columns(HostProblem& p, const ColumnDraw& draw, int64_t t, int64_t len) {
+  auto slot = [&] { return p.rng().uniform_int(0, draw.real_slots - 1); };
+  p.set_len(t, len, draw.source);
+  const int32_t L = columns_in_window(len, static_cast<int32_t>(draw.max_entries));
+  int64_t previous = slot();
+  for (int32_t c = 0; c < L; ++c) {
+    const int64_t r = p.rng().uniform_int(0, 7);
+    if (r == 0) {
+      p.set_index_raw(t, c, -1, draw.source);
+    } else if (r == 1) {
+      p.set_index_raw(t, c, draw.past_id, draw.source);
+    } else {
+      previous = r == 2 ? previous : slot();
+      p.set_index(t, c, previous, draw.source);
+    }
+  }
+  for (int64_t c = L; c < draw.index_cols; ++c) p.set_index_raw(t, c, draw.poisoned_slot, draw.source);
+}
+
+// Sinks of -inf, +inf and finite values on the heads, on two seeds in three.
+void maybe_set_sinks(HostProblem& p, uint64_t seed) {
+  std::vector<float> sink(p.shape().num_heads);
+  for (size_t h = 0; h < sink.size(); ++h) {
+    const float choices[] = {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                             0.0f, 1.5f, -2.0f};
+    sink[h] = choices[(seed + h) % 5];
+  }
+  if (seed % 3 != 0) p.set_sink(sink);
+}
+
 TEST(ReferenceVsDense, RandomTinyProblems) {
   int cases = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
@@ -236,37 +299,80 @@ TEST(ReferenceVsDense, RandomTinyProblems) {
     HostProblem p(shape, seed);
     const int64_t W = shape.window_size, S = p.num_slots();
     // Slot S - 1 is never filled: it stays poisoned and fills the columns that must not be read.
-    auto slot = [&] { return p.rng().uniform_int(0, S - 2); };
+    const ColumnDraw columns{.source = Source::kWindow, .max_entries = W, .index_cols = shape.index_cols,
+                             .real_slots = S - 1, .poisoned_slot = S - 1, .past_id = S + 7};
     const std::vector<int64_t> lens = {0, -1, 1, W - 1, W, W + 1};
-    for (int64_t t = 0; t < shape.num_tokens; ++t) {
-      p.set_len(t, lens[t]);
-      const int32_t L = columns_in_window(lens[t], static_cast<int32_t>(W));
-      int64_t previous = slot();
-      for (int32_t c = 0; c < L; ++c) {
-        const int64_t r = p.rng().uniform_int(0, 7);
-        // Mostly real slots; some holes, out-of-range ids and repeats of the previous slot.
-        if (r == 0) {
-          p.set_index_raw(t, c, -1);
-        } else if (r == 1) {
-          p.set_index_raw(t, c, S + 7);
-        } else {
-          previous = r == 2 ? previous : slot();
-          p.set_index(t, c, previous);
-        }
-      }
-      for (int64_t c = L; c < shape.index_cols; ++c) p.set_index_raw(t, c, S - 1);
-    }
-    std::vector<float> sink(shape.num_heads);
-    for (int64_t h = 0; h < shape.num_heads; ++h) {
-      const float choices[] = {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
-                               0.0f, 1.5f, -2.0f};
-      sink[h] = choices[(seed + h) % 5];
-    }
-    if (seed % 3 != 0) p.set_sink(sink);
+    for (int64_t t = 0; t < shape.num_tokens; ++t) draw_columns(p, columns, t, lens[t]);
+    maybe_set_sinks(p, seed);
     expect_matches_dense(p.args(), ("seed " + std::to_string(seed)).c_str());
     ++cases;
   }
   EXPECT_EQ(cases, 40);
+}
+
+TEST(ReferenceVsDense, RandomTinyProblemsWithAnExtraSource) {
+  // The extra source is described with one block fewer than its pool holds, so its "past the slot
+  // range" ids name real memory: poisoned rows of its own pool, or, when it shares the window's
+  // cache, window rows that window entries fill. Either way no entry, and a read shows.
+  int tokens_the_extra_source_changes = 0;
+  for (uint64_t seed = 1; seed <= 48; ++seed) {
+    const int64_t W = std::vector<int64_t>{1, 4, 8}[seed % 3];
+    const int64_t X = std::vector<int64_t>{1, 6, 11}[(seed / 3) % 3];
+    ProblemShape shape{
+        .num_tokens = 8,
+        .num_heads = std::vector<int64_t>{1, 3, 8}[(seed / 9) % 3],
+        .head_dim = std::vector<int64_t>{4, 16, 64}[(seed / 2) % 3],
+        .num_blocks = 4,
+        .block_size = 3,
+        .window_size = W,
+        .index_cols = W + static_cast<int64_t>(seed % 2) * 2,
+        .kv_token_pad = static_cast<int64_t>(seed % 3),
+        .inv_scale_dtype = seed % 2 ? DType::kFloat32 : DType::kBFloat16,
+        .index_dtype = seed % 4 < 2 ? DType::kInt64 : DType::kInt32,
+    };
+    shape.extra = testing::ExtraShape{
+        .num_blocks = 3 + static_cast<int64_t>(seed % 2),
+        .block_size = std::vector<int64_t>{2, 5}[(seed / 4) % 2],
+        .max_entries = X,
+        .index_cols = X + static_cast<int64_t>((seed / 2) % 2) * 3,
+        .kv_token_pad = static_cast<int64_t>((seed / 5) % 2) * 4,
+        .kv_block_pad = static_cast<int64_t>(seed % 3),
+        .index_pad = static_cast<int64_t>(seed % 2),
+        .inv_scale_dtype = seed % 3 == 0 ? DType::kFloat32 : DType::kBFloat16,
+        .index_dtype = seed % 5 < 2 ? DType::kInt64 : DType::kInt32,
+        .lens_dtype = seed % 7 < 3 ? DType::kInt64 : DType::kInt32,
+        .shares_window_cache = seed % 4 == 0,
+    };
+    HostProblem p(shape, seed);
+    const int64_t S = p.num_slots();
+    const int64_t extra_block_size = shape.extra->shares_window_cache ? shape.block_size : shape.extra->block_size;
+    const int64_t S_x = p.num_slots(Source::kExtra) - extra_block_size;  // the range args() will describe
+    const ColumnDraw window{.source = Source::kWindow, .max_entries = W, .index_cols = shape.index_cols,
+                            .real_slots = S - 1, .poisoned_slot = S - 1, .past_id = S + 7};
+    const ColumnDraw extra{.source = Source::kExtra, .max_entries = X, .index_cols = shape.extra->index_cols,
+                           .real_slots = S_x - 1, .poisoned_slot = S_x - 1, .past_id = S_x};
+    // Per token (window, extra): an empty window with a full extra source, nothing in either, each
+    // source alone, and lengths -1 / 0 / 1 / limit - 1 / limit / limit + 1 / huge on both sides.
+    const std::vector<std::pair<int64_t, int64_t>> lens = {{0, X + 1}, {-1, 0},     {1, X},     {W - 1, -1},
+                                                           {W, 1},     {W + 1, X - 1}, {W, 1000}, {0, -1}};
+    for (int64_t t = 0; t < shape.num_tokens; ++t) {
+      draw_columns(p, window, t, lens[t].first);
+      draw_columns(p, extra, t, lens[t].second);
+    }
+    maybe_set_sinks(p, seed);
+    DecodeArgs a = p.args();
+    a.extra.num_blocks -= 1;
+    const std::string label = "seed " + std::to_string(seed);
+    expect_matches_dense(a, label.c_str());
+
+    DecodeArgs window_alone = a;
+    window_alone.extra = KvSource{};
+    const reference::Result both = reference::compute(a), alone = reference::compute(window_alone);
+    for (int64_t t = 0; t < shape.num_tokens; ++t) {
+      tokens_the_extra_source_changes += both.lse_at(t, 0) != alone.lse_at(t, 0);
+    }
+  }
+  EXPECT_GT(tokens_the_extra_source_changes, 48);  // about half of the 8 x 48 tokens have extra entries
 }
 
 TEST(ReferenceVsDense, StridedLayoutsGiveTheSameResultAsContiguous) {
@@ -357,23 +463,25 @@ TEST(ReferenceCases, TwoEntriesAndAFiniteSinkByHand) {
   EXPECT_NEAR(r.lse_at(0, 0), std::log(e1 + e2), 1e-14);  // the sink is not in the LSE
 }
 
-TEST(ReferenceCases, EmptyTokensGiveZeroAndMinusInfWhateverTheSink) {
-  ProblemShape s = one_token(2, 4, 3);
-  s.num_tokens = 5;
-  s.lens_dtype = DType::kInt64;
-  s.index_dtype = DType::kInt64;
-  HostProblem p(s, 3);
-  const int64_t S = p.num_slots();
-  p.set_len(0, 0);
-  p.set_index_raw(0, 0, 1);  // a poisoned slot behind a length of 0
-  p.set_len(1, -1);          // graph padding: counts as 0, never as UINT_MAX
-  p.set_index_raw(1, 0, 2);
-  p.set_len(2, 3);           // all holes
-  p.set_len(3, 3);           // all out of range
-  p.set_index_raw(3, 0, S);
-  p.set_index_raw(3, 1, -7);
-  p.set_index_raw(3, 2, std::numeric_limits<int64_t>::max());
-  p.set_len(4, std::numeric_limits<int64_t>::min());
+// Five ways for one source to give token (way + shift) % 5 no entry. Needs int64 ids and lengths,
+// 5 tokens and a limit of at least 3.
+void give_no_entries(HostProblem& p, Source source, int64_t shift) {
+  const int64_t S = p.num_slots(source);
+  const auto token = [shift](int64_t way) { return (way + shift) % 5; };
+  p.set_len(token(0), 0, source);
+  p.set_index_raw(token(0), 0, 1, source);  // a poisoned slot behind a length of 0
+  p.set_len(token(1), -1, source);          // graph padding: counts as 0, never as UINT_MAX
+  p.set_index_raw(token(1), 0, 2, source);
+  p.set_len(token(2), 3, source);           // all holes
+  p.set_len(token(3), 3, source);           // all out of range
+  p.set_index_raw(token(3), 0, S, source);
+  p.set_index_raw(token(3), 1, -7, source);
+  p.set_index_raw(token(3), 2, std::numeric_limits<int64_t>::max(), source);
+  p.set_len(token(4), std::numeric_limits<int64_t>::min(), source);
+}
+
+// Every token of `p` (5 tokens, 2 heads, D = 4) gets out = +0 and lse = -inf, whatever the sink.
+void expect_every_token_empty_whatever_the_sink(HostProblem& p) {
   for (const std::vector<float>& sink : {std::vector<float>{}, std::vector<float>{0.5f, 3.0f},
                                          std::vector<float>{std::numeric_limits<float>::infinity(),
                                                             -std::numeric_limits<float>::infinity()}}) {
@@ -387,6 +495,35 @@ TEST(ReferenceCases, EmptyTokensGiveZeroAndMinusInfWhateverTheSink) {
           EXPECT_FALSE(std::signbit(r.out_at(t, h, d)));
         }
       }
+  }
+}
+
+ProblemShape five_empty_tokens() {
+  ProblemShape s = one_token(2, 4, 3);
+  s.num_tokens = 5;
+  s.lens_dtype = DType::kInt64;
+  s.index_dtype = DType::kInt64;
+  return s;
+}
+
+TEST(ReferenceCases, EmptyTokensGiveZeroAndMinusInfWhateverTheSink) {
+  HostProblem p(five_empty_tokens(), 3);
+  give_no_entries(p, Source::kWindow, 0);
+  expect_every_token_empty_whatever_the_sink(p);
+}
+
+TEST(ReferenceCases, ATokenWithNoEntryInEitherSourceIsEmpty) {
+  for (const bool shared : {false, true}) {
+    ProblemShape s = five_empty_tokens();
+    s.extra = testing::ExtraShape{.num_blocks = 2, .block_size = 4, .max_entries = 3, .index_cols = 3,
+                                  .index_dtype = DType::kInt64, .lens_dtype = DType::kInt64,
+                                  .shares_window_cache = shared};
+    for (int64_t shift = 0; shift < 5; ++shift) {  // every pairing of the five ways
+      HostProblem p(s, 4);
+      give_no_entries(p, Source::kWindow, 0);
+      give_no_entries(p, Source::kExtra, shift);
+      expect_every_token_empty_whatever_the_sink(p);
+    }
   }
 }
 
@@ -476,6 +613,171 @@ TEST(ReferenceCases, IndexAndScaleDtypesAgree) {
     EXPECT_EQ(results[variant].out, results[0].out) << variant;
     EXPECT_EQ(results[variant].lse, results[0].lse) << variant;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The extra source, by comparison with a window that holds the same entries in the same order
+// (the reference then does the same arithmetic, so the results are equal, not near).
+
+// Gives `slots` rows of known codes and scales in `source`'s cache, the same for every problem.
+void set_known_rows(HostProblem& p, const std::vector<int64_t>& slots, Source source) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto step = static_cast<uint8_t>(i);
+    p.set_row(slots[i], {static_cast<uint8_t>(0x30 + step), 0x3C, static_cast<uint8_t>(0xB0 + 2 * step), 0x41},
+              0.5f + 0.25f * static_cast<float>(i), source);
+  }
+}
+
+// One token's columns, all valid.
+void set_columns(HostProblem& p, const std::vector<int64_t>& slots, Source source) {
+  p.set_len(0, static_cast<int64_t>(slots.size()), source);
+  for (size_t c = 0; c < slots.size(); ++c) p.set_index(0, static_cast<int64_t>(c), slots[c], source);
+}
+
+void expect_same_result(const DecodeArgs& a, const DecodeArgs& b, const char* label) {
+  const reference::Result ra = reference::compute(a), rb = reference::compute(b);
+  EXPECT_EQ(ra.out, rb.out) << label;
+  EXPECT_EQ(ra.lse, rb.lse) << label;
+  for (double v : ra.out) ASSERT_FALSE(std::isnan(v)) << label;
+}
+
+testing::ExtraShape small_extra(int64_t max_entries) {
+  return testing::ExtraShape{.num_blocks = 3, .block_size = 2, .max_entries = max_entries, .index_cols = max_entries};
+}
+
+TEST(ReferenceExtra, ExtraEntriesJoinTheWindowsSoftmaxByHand) {
+  ProblemShape s = one_token(1, 4, 1);
+  s.extra = small_extra(1);
+  HostProblem p(s, 1);
+  p.set_row(2, {0x38}, 1.0f);                  // window k = [1, 1, 1, 1]
+  p.set_row(5, {0x40}, 1.0f, Source::kExtra);  // extra k = [2, 2, 2, 2]
+  set_columns(p, {2}, Source::kWindow);
+  set_columns(p, {5}, Source::kExtra);
+  for (int64_t d = 0; d < 4; ++d) p.set_q(0, 0, d, d == 0 ? 0.5f : 0.0f);  // scale 1: s1 = 0.5, s2 = 1
+  p.set_sink({0.25f});
+  DecodeArgs a = p.args();
+  a.scale = 1.0f;
+  const reference::Result r = reference::compute(a);
+  const double e1 = std::exp(0.5), e2 = std::exp(1.0), ez = std::exp(0.25);
+  for (int64_t d = 0; d < 4; ++d) EXPECT_NEAR(r.out_at(0, 0, d), (e1 * 1 + e2 * 2) / (e1 + e2 + ez), 1e-14);
+  EXPECT_NEAR(r.lse_at(0, 0), std::log(e1 + e2), 1e-14);  // both sources, not the sink
+  expect_matches_dense(a, "window + extra by hand");
+}
+
+TEST(ReferenceExtra, EitherSourceAloneIsTheSoftmaxOverItsEntries) {
+  const std::vector<int64_t> slots = {1, 4, 2};
+  HostProblem window(one_token(2, 8, 3), 5);  // the same seed: the same q
+  set_known_rows(window, slots, Source::kWindow);
+  set_columns(window, slots, Source::kWindow);
+
+  ProblemShape s = one_token(2, 8, 3);
+  s.extra = small_extra(3);
+  HostProblem extra_only(s, 5);  // an empty window: a poisoned id behind a length of 0
+  set_known_rows(extra_only, slots, Source::kExtra);
+  set_columns(extra_only, slots, Source::kExtra);
+  extra_only.set_index_raw(0, 0, 7);
+  expect_same_result(extra_only.args(), window.args(), "extra alone");
+  expect_matches_dense(extra_only.args(), "extra alone");
+
+  // An empty extra source: a length of -1, then holes and an id past S_x. Described with 2 of its
+  // 3 blocks, so S_x = 4 and slot 4 is poisoned memory of its pool.
+  HostProblem window_only(s, 5);
+  set_known_rows(window_only, slots, Source::kWindow);
+  set_columns(window_only, slots, Source::kWindow);
+  window_only.set_len(0, -1, Source::kExtra);
+  window_only.set_index_raw(0, 0, 3, Source::kExtra);
+  DecodeArgs a = window_only.args();
+  a.extra.num_blocks = 2;
+  expect_same_result(a, window.args(), "window alone, extra length -1");
+  window_only.set_len(0, 3, Source::kExtra);
+  window_only.set_index_raw(0, 0, -1, Source::kExtra);
+  window_only.set_index_raw(0, 1, 4, Source::kExtra);
+  expect_same_result(a, window.args(), "window alone, extra holes and an id past its slots");
+}
+
+TEST(ReferenceExtra, DuplicatesCountAsOftenAsTheyAppearAcrossSources) {
+  // Window [5, 5] and extra [5, 2] on one cache are the window [5, 5, 5, 2].
+  HostProblem window(one_token(2, 8, 4), 6);
+  set_known_rows(window, {5, 2}, Source::kWindow);
+  set_columns(window, {5, 5, 5, 2}, Source::kWindow);
+
+  ProblemShape s = one_token(2, 8, 2);
+  s.extra = testing::ExtraShape{.max_entries = 2, .index_cols = 2, .shares_window_cache = true};
+  HostProblem both(s, 6);
+  set_known_rows(both, {5, 2}, Source::kWindow);
+  set_columns(both, {5, 5}, Source::kWindow);
+  set_columns(both, {5, 2}, Source::kExtra);
+  for (const std::vector<float>& sink : {std::vector<float>{}, std::vector<float>{0.75f, -1.0f}}) {
+    window.set_sink(sink);
+    both.set_sink(sink);
+    expect_same_result(both.args(), window.args(), "duplicates across sources");
+  }
+  expect_matches_dense(both.args(), "duplicates across sources");
+}
+
+TEST(ReferenceExtra, BothSourcesMayBeTheSameTensors) {
+  // The extra source reading the window's own cache, scales, ids and lengths doubles every entry.
+  const std::vector<int64_t> slots = {3, 9, 0};
+  HostProblem doubled(one_token(3, 8, 6), 7);
+  set_known_rows(doubled, slots, Source::kWindow);
+  set_columns(doubled, {3, 9, 0, 3, 9, 0}, Source::kWindow);
+
+  ProblemShape s = one_token(3, 8, 3);
+  s.extra = testing::ExtraShape{.max_entries = 3, .index_cols = 3, .shares_window_cache = true};
+  HostProblem same(s, 7);
+  set_known_rows(same, slots, Source::kWindow);
+  set_columns(same, slots, Source::kWindow);
+  DecodeArgs a = same.args();
+  a.extra.indices = a.indices;
+  a.extra.lens = a.lens;
+  a.extra.index_dtype = a.index_dtype;
+  a.extra.lens_dtype = a.lens_dtype;
+  a.extra.index_cols = a.index_cols;
+  a.extra.stride_indices_token = a.stride_indices_token;
+  ASSERT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  expect_same_result(a, doubled.args(), "one set of tensors, two sources");
+}
+
+TEST(ReferenceExtra, ExtraColumnsPastItsLimitAndIdsPastItsSlotsAreNeverRead) {
+  ProblemShape s = one_token(2, 8, 2);
+  s.num_tokens = 2;
+  s.extra = testing::ExtraShape{.num_blocks = 3, .block_size = 2, .max_entries = 3, .index_cols = 6};
+  HostProblem p(s, 8);
+  // Described with 2 of its 3 blocks: S_x = 4, and slots 4 and 5 are poisoned memory past its range.
+  p.set_len(0, 0);
+  p.set_len(0, 100, Source::kExtra);  // past the limit: columns 3..5 name a poisoned slot in range
+  for (int64_t c = 0; c < 3; ++c) p.set_index(0, c, std::vector<int64_t>{0, 1, 3}[c], Source::kExtra);
+  for (int64_t c = 3; c < 6; ++c) p.set_index_raw(0, c, 2, Source::kExtra);
+  p.set_len(1, 2);
+  p.set_index(1, 0, 6);
+  p.set_index(1, 1, 11);
+  p.set_len(1, 3, Source::kExtra);
+  p.set_index_raw(1, 0, 4, Source::kExtra);
+  p.set_index_raw(1, 1, 5, Source::kExtra);
+  p.set_index(1, 2, 1, Source::kExtra);
+  DecodeArgs a = p.args();
+  a.extra.num_blocks = 2;
+  const reference::Result r = reference::compute(a);
+  for (double v : r.out) EXPECT_FALSE(std::isnan(v));
+  for (double v : r.lse) EXPECT_TRUE(std::isfinite(v));
+  expect_matches_dense(a, "extra columns and ids out of range");
+}
+
+TEST(ReferenceRun, DecodeOnCpuReadsTheExtraSource) {
+  ProblemShape s = one_token(2, 16, 2);
+  s.extra = small_extra(4);
+  HostProblem p(s, 9);
+  set_columns(p, {1, 8}, Source::kWindow);
+  set_columns(p, {0, 5, 3, 5}, Source::kExtra);
+  DecodeArgs a = p.args();
+  const reference::Result r = reference::compute(a);
+  ASSERT_TRUE(decode(a).ok()) << decode(a).message;
+  for (int64_t h = 0; h < 2; ++h) {
+    EXPECT_EQ(p.lse(0, h), static_cast<float>(r.lse_at(0, h)));
+    for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(p.out_bits(0, h, d), reference::double_to_bf16(r.out_at(0, h, d)));
+  }
+  a.extra = KvSource{};
+  EXPECT_NE(reference::compute(a).lse, r.lse);  // the extra entries took part
 }
 
 TEST(ReferenceRun, DecodeOnCpuWritesRoundedOutputsAndLeavesGapsAlone) {

@@ -33,6 +33,19 @@ DecodeShape shape(int64_t tokens, int64_t heads, int64_t dim = 512, int64_t wind
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// `s` with an extra source of `entries` entries (C4A: 512 or 1024, C128A: up to 8192).
+DecodeShape with_extra(DecodeShape s, int64_t entries = 512, int32_t alignment = 16) {
+  s.has_extra = true;
+  s.extra_max_entries = entries;
+  s.extra_kv_row_alignment = alignment;
+  return s;
+}
+
+// What each GPU family says of a shape with an extra source until its kernel reads one.
+std::string no_extra_source(const KernelRecord& record) {
+  return std::string("the ") + record.family + " kernel does not read an extra KV source yet";
+}
+
 // The launch configuration of a choice that must be the portable (sm90) kernel's; a failed
 // expectation, and zeros, otherwise.
 PortableLaunch portable_of(const KernelChoice& choice) {
@@ -171,6 +184,53 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
   }
 }
 
+TEST(SelectKernel, WithAnExtraSourceEveryFamilySaysWhyNot) {
+  int shapes = 0;
+  for (const DeviceInfo& device : {kH200, kA100}) {
+    for (int64_t tokens : {1, 128, 2048}) {
+      for (int64_t heads : {16, 64, 128}) {
+        for (int64_t entries : {int64_t{1}, int64_t{512}, int64_t{1024}, int64_t{8192}, kMaxExtraEntries}) {
+          const DecodeShape s = with_extra(shape(tokens, heads), entries);
+          EXPECT_TRUE(gpu_why_not(s, device).empty()) << gpu_why_not(s, device);
+          const KernelChoice choice = select_kernel(s, device);
+          EXPECT_EQ(choice.kernel, nullptr) << choice.plan.name;
+          for (const KernelRecord* record : kernel_records()) {
+            EXPECT_EQ(record->why_not(s, device), no_extra_source(*record));
+            EXPECT_TRUE(contains(choice.why_not, no_extra_source(*record))) << choice.why_not;
+            const KernelChoice forced = select_kernel(s, device, record->id);
+            EXPECT_EQ(forced.kernel, nullptr) << record->family;
+            EXPECT_EQ(forced.why_not, no_extra_source(*record));
+          }
+          ++shapes;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(shapes, 2 * 3 * 3 * 5);
+  // The same shapes without the extra source run.
+  EXPECT_NE(select_kernel(shape(128, 128), kH200).kernel, nullptr);
+}
+
+TEST(SelectKernel, AnExtraSourceMeetsTheSharedChecksOfItsOwn) {
+  const KernelChoice misaligned = select_kernel(with_extra(shape(128, 64), 512, 2), kH200);
+  EXPECT_EQ(misaligned.kernel, nullptr);
+  EXPECT_TRUE(contains(misaligned.why_not, "extra.kv_cache address, extra.stride_kv_block and extra.stride_kv_token "
+                                           "must be multiples of 4 bytes on the GPU, got alignment 2"))
+      << misaligned.why_not;
+  EXPECT_TRUE(gpu_why_not(with_extra(shape(128, 64), 512, 4), kH200).empty());
+  for (const int64_t entries : {int64_t{0}, kMaxExtraEntries + 1}) {
+    EXPECT_EQ(gpu_why_not(with_extra(shape(128, 64), entries), kH200),
+              "extra.max_entries must be in [1, " + std::to_string(kMaxExtraEntries) + "], got " +
+                  std::to_string(entries));
+  }
+  // The window's checks still come first, and without an extra source its fields are not looked at.
+  EXPECT_TRUE(contains(gpu_why_not(with_extra(shape(8, 128, 256), 0), kH200), "head_dim")) << "head_dim first";
+  DecodeShape none = shape(128, 64);
+  none.extra_max_entries = -3;
+  none.extra_kv_row_alignment = 1;
+  EXPECT_TRUE(gpu_why_not(none, kH200).empty());
+}
+
 TEST(SelectKernel, SelectionIsPure) {
   const KernelChoice a = select_kernel(shape(32, 64), kH200);
   const KernelChoice b = select_kernel(shape(32, 64), kH200);
@@ -261,6 +321,11 @@ std::vector<DecodeShape> record_sweep_shapes() {
   }
   shapes.push_back(shape(512, 128, kGpuHeadDim, 128, 16, false));
   shapes.push_back(shape(512, 128, 256));
+  for (int64_t tokens : {1, 512}) {  // C4A (512 and 1024 entries) and C128A at 1M (8192)
+    for (int64_t entries : {512, 1024, 8192}) {
+      for (int32_t alignment : {2, 8, 16}) shapes.push_back(with_extra(shape(tokens, 128), entries, alignment));
+    }
+  }
   return shapes;
 }
 
@@ -410,6 +475,70 @@ TEST(QuerySupport, CpuBackendRunsAnyHeadDim) {
     EXPECT_EQ(info.head_groups_per_cta, 1);
     EXPECT_TRUE(info.why_not.empty());
   }
+}
+
+ProblemShape with_extra_source(ProblemShape s) {
+  s.extra = testing::ExtraShape{.num_blocks = 3, .block_size = 2, .max_entries = 6, .index_cols = 6};
+  return s;
+}
+
+TEST(QuerySupport, CpuBackendRunsAnExtraSource) {
+  HostProblem p(with_extra_source(deepseek_like(128, 512)), 11);
+  const SupportInfo info = query_support(args_for(p, Backend::kCpu));
+  EXPECT_TRUE(info.supported) << info.why_not;
+  EXPECT_EQ(info.kernel, "cpu_reference");
+  EXPECT_EQ(info.family, "cpu");
+  EXPECT_TRUE(query_support_on(args_for(p, Backend::kCpu), kH200).supported);
+  EXPECT_TRUE(decode(args_for(p, Backend::kCpu)).ok());
+}
+
+TEST(QuerySupport, CudaWithAnExtraSourceSaysWhichFamilyCannotReadIt) {
+  HostProblem p(with_extra_source(deepseek_like(128, 512)), 12);
+  const DecodeArgs cuda = args_for(p, Backend::kCuda);
+  for (const DeviceInfo& device : {kH200, kA100}) {
+    const SupportInfo info = query_support_on(cuda, device);
+    EXPECT_FALSE(info.supported) << info.kernel;
+    EXPECT_TRUE(info.kernel.empty()) << info.kernel;
+    for (const KernelRecord* record : kernel_records()) {
+      EXPECT_TRUE(contains(info.why_not, no_extra_source(*record))) << info.why_not;
+      const SupportInfo forced = query_support_on(cuda, device, record->id);
+      EXPECT_FALSE(forced.supported) << record->family;
+      EXPECT_EQ(forced.why_not, no_extra_source(*record));
+    }
+  }
+  // The same arguments without the extra source run.
+  DecodeArgs window_only = cuda;
+  window_only.extra = KvSource{};
+  EXPECT_TRUE(query_support_on(window_only, kH200).supported) << query_support_on(window_only, kH200).why_not;
+}
+
+TEST(QuerySupport, DecodeShapeDescribesTheExtraSource) {
+  ProblemShape s = with_extra_source(deepseek_like(16, 512));
+  s.extra->kv_token_pad = 72;  // 584-byte rows: 8-byte aligned
+  s.extra->kv_block_pad = 8;
+  HostProblem p(s, 13);
+  const DecodeArgs a = args_for(p, Backend::kCuda);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(a.extra.kv_cache) % 16, 0u);
+  const DecodeShape described = decode_shape(make_params(a));
+  EXPECT_TRUE(described.has_extra);
+  EXPECT_EQ(described.extra_max_entries, 6);
+  EXPECT_EQ(described.extra_kv_row_alignment, 8);
+  EXPECT_EQ(described.extra_kv_last_row_offset, 2 * a.extra.stride_kv_block + 1 * a.extra.stride_kv_token);
+  EXPECT_EQ(described.kv_row_alignment, 16);  // the window's own, untouched
+  EXPECT_EQ(described.window_size, 4);
+
+  DecodeArgs odd = a;  // a 2-byte aligned extra cache fails the shared check before any family
+  odd.extra.kv_cache = static_cast<const uint8_t*>(a.extra.kv_cache) + 2;
+  EXPECT_EQ(decode_shape(make_params(odd)).extra_kv_row_alignment, 2);
+  EXPECT_TRUE(contains(query_support_on(odd, kH200).why_not, "got alignment 2")) << query_support_on(odd, kH200).why_not;
+
+  DecodeArgs none = a;
+  none.extra.kv_cache = nullptr;
+  const DecodeShape window_only = decode_shape(make_params(none));
+  EXPECT_FALSE(window_only.has_extra);
+  EXPECT_EQ(window_only.extra_max_entries, 0);
+  EXPECT_EQ(window_only.extra_kv_row_alignment, 0);
+  EXPECT_EQ(window_only.extra_kv_last_row_offset, 0);
 }
 
 TEST(QuerySupport, CudaShapesAgainstADescribedDevice) {

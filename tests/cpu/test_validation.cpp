@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <locale>
@@ -11,6 +12,7 @@
 
 #include "swa_decode/limits.h"
 #include "src/api/validate.h"
+#include "src/reference/reference.h"
 #include "testing/host_problem.h"
 
 namespace swa_decode {
@@ -31,6 +33,14 @@ ProblemShape small_shape() {
   return s;
 }
 
+// small_shape() with an extra source whose every size differs from the window's, so a message
+// that names the wrong source's value shows: S_x = 2 * 3 = 6 slots, 6 entries, 7 index columns.
+ProblemShape shape_with_extra() {
+  ProblemShape s = small_shape();
+  s.extra = testing::ExtraShape{.num_blocks = 2, .block_size = 3, .max_entries = 6, .index_cols = 7};
+  return s;
+}
+
 struct BadCase {
   const char* name;
   std::function<void(DecodeArgs&)> mutate;
@@ -48,6 +58,18 @@ void expect_invalid(const DecodeArgs& a, const BadCase& c) {
   const Status from_decode = decode(a);
   EXPECT_EQ(from_decode.code, StatusCode::kInvalidArgument) << c.name;
   EXPECT_EQ(from_decode.message, status.message) << c.name;
+}
+
+// Each case, applied alone to valid arguments over `shape` (sinks and lse set), is refused.
+void expect_each_invalid(const ProblemShape& shape, const std::vector<BadCase>& cases) {
+  for (const BadCase& c : cases) {
+    HostProblem p(shape, 7);
+    p.set_sink({0.0f, 1.0f, 2.0f, 3.0f});
+    DecodeArgs a = p.args();
+    ASSERT_TRUE(validate_args(a).ok()) << c.name << ": " << validate_args(a).message;
+    c.mutate(a);
+    expect_invalid(a, c);
+  }
 }
 
 TEST(Validation, GoodArgumentsPass) {
@@ -174,14 +196,156 @@ TEST(Validation, EveryBadArgumentNamesFieldExpectedAndActual) {
       {"stride overflow", [](DecodeArgs& a) { a.stride_q_token = std::numeric_limits<int64_t>::max(); },
        {"stride_q_token", "int64", "9223372036854775807"}},
   };
-  for (const BadCase& c : cases) {
-    HostProblem p(small_shape(), 7);
-    p.set_sink({0.0f, 1.0f, 2.0f, 3.0f});
-    DecodeArgs a = p.args();
-    ASSERT_TRUE(validate_args(a).ok());
-    c.mutate(a);
-    expect_invalid(a, c);
-  }
+  expect_each_invalid(small_shape(), cases);
+}
+
+TEST(Validation, EveryBadExtraSourceArgumentNamesExtraFieldExpectedAndActual) {
+  const std::vector<BadCase> cases = {
+      {"extra.num_blocks 0", [](DecodeArgs& a) { a.extra.num_blocks = 0; },
+       {"extra.num_blocks must be in [1, ", "got 0"}},
+      {"extra.block_size -4", [](DecodeArgs& a) { a.extra.block_size = -4; }, {"extra.block_size", "got -4"}},
+      {"extra.block_size > int32", [](DecodeArgs& a) { a.extra.block_size = int64_t{1} << 31; },
+       {"extra.block_size must be in [1, 2147483647], got 2147483648"}},
+      {"extra.max_entries 0", [](DecodeArgs& a) { a.extra.max_entries = 0; },
+       {"extra.max_entries must be in [1, " + std::to_string(kMaxExtraEntries) + "], got 0"}},
+      {"extra.max_entries > kMaxExtraEntries",
+       [](DecodeArgs& a) { a.extra.max_entries = a.extra.index_cols = kMaxExtraEntries + 1; },
+       {"extra.max_entries must be in [1, " + std::to_string(kMaxExtraEntries) + "], got " +
+        std::to_string(kMaxExtraEntries + 1)}},
+      {"extra slots overflow",
+       [](DecodeArgs& a) { a.extra.num_blocks = int64_t{1} << 40; a.extra.block_size = int64_t{1} << 30; },
+       {"extra.num_blocks * extra.block_size must fit in int64", "extra.num_blocks = 1099511627776",
+        "extra.block_size = 1073741824"}},
+      {"extra.index_cols", [](DecodeArgs& a) { a.extra.index_cols = 5; },
+       {"extra.index_cols must be >= extra.max_entries = 6, got 5"}},
+      {"extra.num_scales", [](DecodeArgs& a) { a.extra.num_scales = 5; },
+       {"extra.num_scales must be >= extra.num_blocks * extra.block_size = 6, got 5"}},
+      {"extra.inv_scale_dtype", [](DecodeArgs& a) { a.extra.inv_scale_dtype = DType::kInt32; },
+       {"extra.inv_scale_dtype must be bf16 or fp32, got int32"}},
+      {"extra.index_dtype", [](DecodeArgs& a) { a.extra.index_dtype = DType::kFloat32; },
+       {"extra.index_dtype must be int32 or int64, got fp32"}},
+      {"extra.lens_dtype", [](DecodeArgs& a) { a.extra.lens_dtype = static_cast<DType>(42); },
+       {"extra.lens_dtype must be int32 or int64, got DType(42)"}},
+      {"extra.inv_scale null", [](DecodeArgs& a) { a.extra.inv_scale = nullptr; },
+       {"extra.inv_scale must be non-null, got nullptr"}},
+      {"extra.indices null", [](DecodeArgs& a) { a.extra.indices = nullptr; },
+       {"extra.indices must be non-null when num_tokens > 0, got nullptr"}},
+      {"extra.lens null", [](DecodeArgs& a) { a.extra.lens = nullptr; },
+       {"extra.lens must be non-null when num_tokens > 0, got nullptr"}},
+      {"extra fp32 scale misaligned",
+       [](DecodeArgs& a) {
+         a.extra.inv_scale_dtype = DType::kFloat32;
+         a.extra.inv_scale = static_cast<const char*>(a.extra.inv_scale) + 2;
+       },
+       {"extra.inv_scale must be aligned to 4 bytes (fp32)", "got address 0x"}},
+      {"extra bf16 scale misaligned", [](DecodeArgs& a) { a.extra.inv_scale = static_cast<const char*>(a.extra.inv_scale) + 1; },
+       {"extra.inv_scale must be aligned to 2 bytes (bf16)"}},
+      {"extra int64 indices misaligned",
+       [](DecodeArgs& a) {
+         a.extra.index_dtype = DType::kInt64;
+         a.extra.indices = static_cast<const char*>(a.extra.indices) + 4;
+       },
+       {"extra.indices must be aligned to 8 bytes (int64)"}},
+      {"extra lens misaligned", [](DecodeArgs& a) { a.extra.lens = static_cast<const char*>(a.extra.lens) + 2; },
+       {"extra.lens must be aligned to 4 bytes (int32)"}},
+      {"extra kv rows overlap", [](DecodeArgs& a) { a.extra.stride_kv_token = 6; },
+       {"extra.stride_kv_token must be >= 8", "extra.kv_cache does not overlap itself", "got 6"}},
+      {"extra kv blocks overlap", [](DecodeArgs& a) { a.extra.stride_kv_block = 23; },
+       {"extra.stride_kv_block must be >= 24", "the span of head_dim x extra.stride_kv_token", "got 23"}},
+      {"extra kv negative row stride", [](DecodeArgs& a) { a.extra.stride_kv_token = -8; },
+       {"extra.stride_kv_token must be >= 8", "got -8"}},
+      {"extra indices rows overlap", [](DecodeArgs& a) { a.extra.stride_indices_token = 6; },
+       {"extra.stride_indices_token must be >= 7", "extra.indices does not overlap itself",
+        "the span of extra.index_cols", "got 6"}},
+      {"extra stride overflow", [](DecodeArgs& a) { a.extra.stride_kv_block = std::numeric_limits<int64_t>::max(); },
+       {"extra.stride_kv_block * (size - 1) must fit in int64 for extra.kv_cache", "9223372036854775807"}},
+  };
+  expect_each_invalid(shape_with_extra(), cases);
+}
+
+TEST(Validation, AnExtraSourceWithoutACacheIsNoneAndNeverChecked) {
+  HostProblem p(small_shape(), 11);
+  p.set_len(0, 2);
+  p.set_index(0, 0, 3);
+  p.set_index(0, 1, 7);
+  const DecodeArgs plain = p.args();
+  ASSERT_EQ(plain.extra.kv_cache, nullptr);
+  DecodeArgs a = plain;
+  a.extra.num_blocks = -1;
+  a.extra.max_entries = kMaxExtraEntries + 1;
+  a.extra.inv_scale_dtype = static_cast<DType>(9);
+  a.extra.stride_kv_token = -5;
+  a.extra.lens = reinterpret_cast<const void*>(uintptr_t{3});
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  EXPECT_EQ(make_params(a).extra.kv_cache, nullptr);
+  EXPECT_EQ(make_params(a).extra.num_slots, 0);
+  const reference::Result with_garbage = reference::compute(a), without = reference::compute(plain);
+  EXPECT_EQ(with_garbage.out, without.out);
+  EXPECT_EQ(with_garbage.lse, without.lse);
+}
+
+TEST(Validation, GoodExtraSourcesPass) {
+  // Its own dtypes, strides and a limit past the window's (C128A at a 1M context: 8192 entries).
+  ProblemShape s = shape_with_extra();
+  s.extra->max_entries = 8192;
+  s.extra->index_cols = 8195;
+  s.extra->index_pad = 3;
+  s.extra->kv_token_pad = 72;
+  s.extra->kv_block_pad = 5;
+  s.extra->inv_scale_dtype = DType::kFloat32;
+  s.extra->index_dtype = DType::kInt64;
+  s.extra->lens_dtype = DType::kInt64;
+  HostProblem p(s, 12);
+  DecodeArgs a = p.args();
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  a.backend = Backend::kCuda;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  a.extra.max_entries = a.extra.index_cols = kMaxExtraEntries;
+  a.extra.stride_indices_token = kMaxExtraEntries;  // validation reads no data: the buffer size is not its concern
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+
+  // Both sources on the window's cache and scales.
+  ProblemShape shared = shape_with_extra();
+  shared.extra->shares_window_cache = true;
+  HostProblem q(shared, 13);
+  const DecodeArgs b = q.args();
+  EXPECT_EQ(b.extra.kv_cache, b.kv_cache);
+  EXPECT_EQ(b.extra.inv_scale, b.inv_scale);
+  EXPECT_TRUE(validate_args(b).ok()) << validate_args(b).message;
+}
+
+TEST(Validation, ZeroTokensTakeNullExtraIdsAndLengths) {
+  HostProblem p(shape_with_extra(), 14);
+  DecodeArgs a = p.args();
+  a.num_tokens = 0;
+  a.q = a.out = nullptr;
+  a.indices = a.lens = nullptr;
+  a.lse = nullptr;
+  a.extra.indices = a.extra.lens = nullptr;
+  a.extra.stride_indices_token = 0;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  EXPECT_TRUE(decode(a).ok());
+  a.extra.inv_scale = nullptr;  // the cache and its scales are not per-token: still required
+  const Status status = validate_args(a);
+  EXPECT_NE(status.message.find("extra.inv_scale must be non-null"), std::string::npos) << status.message;
+}
+
+TEST(Validation, ExtraStridesOfSizeOneDimensionsAreIgnored) {
+  ProblemShape s = shape_with_extra();
+  s.num_tokens = 1;
+  s.extra->num_blocks = 1;
+  s.extra->block_size = 1;
+  HostProblem p(s, 15);
+  DecodeArgs a = p.args();
+  a.extra.stride_kv_block = -7;
+  a.extra.stride_kv_token = 0;
+  a.extra.stride_indices_token = 2;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  const DecodeParams params = make_params(a);
+  EXPECT_EQ(params.extra.stride_kv_block, 0);
+  EXPECT_EQ(params.extra.stride_kv_token, 0);
+  EXPECT_EQ(params.extra.stride_indices_token, 0);
+  EXPECT_TRUE(decode(a).ok());
 }
 
 // An engine may install a global C++ locale; the library's messages must not change with it.
@@ -232,6 +396,34 @@ TEST(Validation, ParamsCarryShapesDtypesAndSlots) {
   EXPECT_EQ(static_cast<const void*>(params.q), a.q);
   EXPECT_EQ(static_cast<void*>(params.out), a.out);
   EXPECT_EQ(params.window.indices, a.indices);
+  EXPECT_EQ(params.extra.kv_cache, nullptr);  // no extra source
+}
+
+TEST(Validation, ParamsCarryTheExtraSourceAsTheWindow) {
+  ProblemShape s = shape_with_extra();
+  s.extra->kv_token_pad = 4;
+  s.extra->kv_block_pad = 3;
+  s.extra->index_pad = 2;
+  s.extra->inv_scale_dtype = DType::kFloat32;
+  s.extra->lens_dtype = DType::kInt64;
+  HostProblem p(s, 16);
+  const DecodeArgs a = p.args();
+  const DecodeParams params = make_params(a);
+  const KvSourceParams& x = params.extra;
+  EXPECT_EQ((std::vector<const void*>{x.kv_cache, x.inv_scale, x.indices, x.lens}),
+            (std::vector<const void*>{a.extra.kv_cache, a.extra.inv_scale, a.extra.indices, a.extra.lens}));
+  // Rows of 8 + 4 bytes, 3 to a block with 3 bytes after each; 7 + 2 index columns a row.
+  EXPECT_EQ((std::vector<int64_t>{x.stride_kv_block, x.stride_kv_token, x.stride_indices_token}),
+            (std::vector<int64_t>{3 * 12 + 3, 12, 9}));
+  // num_slots, block_size, max_entries, then the dtype flags: fp32 scales, int32 ids, int64 lens.
+  EXPECT_EQ((std::vector<int64_t>{x.num_slots, x.block_size, x.max_entries, x.inv_scale_is_f32, x.index_is_i64,
+                                  x.lens_is_i64}),
+            (std::vector<int64_t>{6, 3, 6, 1, 0, 1}));
+  // The window is untouched by the extra source.
+  EXPECT_EQ(params.window.num_slots, 12);
+  EXPECT_EQ(params.window.max_entries, 4);
+  EXPECT_EQ(params.window.inv_scale_is_f32, 0);
+  EXPECT_EQ(static_cast<const void*>(params.window.kv_cache), a.kv_cache);
 }
 
 }  // namespace
