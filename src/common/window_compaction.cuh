@@ -35,39 +35,45 @@ __device__ __forceinline__ void store_row_offset(uint32_t* dst, int64_t bytes) {
   *dst = static_cast<uint32_t>(bytes >> 4);
 }
 
-// Writes, for each valid entry of `token` in column order, the offset of its cache row from
-// src.kv_cache to s_row_offset[0, n) (store_row_offset) and its inverse scale to s_inv_scale[0, n);
-// returns n. The 64-bit slot -> (block, offset) division happens here once per entry, not once
-// per copy.
+// Writes, for each valid entry of `token` among columns [column_begin, column_end) of src.indices,
+// in column order, row_offset_bias plus the offset of its cache row from src.kv_cache to
+// s_row_offset[0, n) (store_row_offset; a bias lets a kernel address two sources' rows from one
+// base) and its inverse scale to s_inv_scale[0, n); returns n. The caller clips the
+// range to the token's length (columns_in_window). The 64-bit slot -> (block, offset) division
+// happens here once per entry, not once per copy.
 // Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
-// exactly those threads. s_warp_counts needs kThreads / 32 ints. On return every entry written is
-// visible to all participating threads (the last write is followed by `sync`).
-// Fewer than 128 threads take several columns each per pass, and issue all of a pass's index loads,
-// then all of its scale loads, before using any: a single warp compacts a 128-entry window in three
-// dependent global round trips (length, indices, scales) instead of nine.
-template <int kThreads, typename Sync, typename RowOffset>
-__device__ int compact_window(const KvSourceParams& src, int token, int tid, Sync sync, RowOffset* s_row_offset,
-                              float* s_inv_scale, int* s_warp_counts) {
+// exactly those threads. s_warp_counts needs kThreads / 32 ints. Every thread has passed `sync`
+// before the first entry is written (so the lists may still be in use when it is called), and on
+// return every entry written is visible to all participating threads (the last write is followed
+// by `sync`).
+// A pass covers kColumnsPerPass columns: fewer threads than that take several columns each, and
+// issue all of a pass's index loads, then all of its scale loads, before using any, so a pass costs
+// two dependent global round trips whatever the thread count: a single warp compacts a 128-entry
+// window in three (length, indices, scales) instead of nine, and 128 threads a 1024-column chunk
+// of the extra source in two instead of sixteen.
+template <int kThreads, int kColumnsPerPass, typename Sync, typename RowOffset>
+__device__ int compact_columns(const KvSourceParams& src, int token, int column_begin, int column_end, int tid, Sync sync,
+                               RowOffset* s_row_offset, float* s_inv_scale, int* s_warp_counts,
+                               int64_t row_offset_bias = 0) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
   constexpr int kWarps = kThreads / 32;
-  constexpr int kColumnsPerThread = kThreads >= 128 ? 1 : 128 / kThreads;
+  constexpr int kColumnsPerThread = kThreads >= kColumnsPerPass ? 1 : kColumnsPerPass / kThreads;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int columns = columns_in_window(load_token_length(src, token), src.max_entries);
 
   int num_valid = 0;
-  for (int base = 0; base < columns; base += kThreads * kColumnsPerThread) {
+  for (int base = column_begin; base < column_end; base += kThreads * kColumnsPerThread) {
     int64_t slot[kColumnsPerThread];
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
       const int column = base + k * kThreads + tid;
-      slot[k] = column < columns ? load_slot_id(src, token, column) : -1;
+      slot[k] = column < column_end ? load_slot_id(src, token, column) : -1;
     }
     bool valid[kColumnsPerThread];
     float scale[kColumnsPerThread];
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
-      valid[k] = base + k * kThreads + tid < columns && slot_is_valid(slot[k], src.num_slots);
+      valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(slot[k], src.num_slots);
       scale[k] = valid[k] ? load_inv_scale(src, slot[k]) : 0.0f;
     }
 #pragma unroll
@@ -76,24 +82,33 @@ __device__ int compact_window(const KvSourceParams& src, int token, int tid, Syn
       if (lane == 0) s_warp_counts[warp] = __popc(ballot);
       sync();
       int before = num_valid;
-      int chunk_total = 0;
+      int slice_total = 0;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
         const int count = s_warp_counts[w];
         before += (w < warp) ? count : 0;
-        chunk_total += count;
+        slice_total += count;
       }
       if (valid[k]) {
         const int entry = before + __popc(ballot & ((1u << lane) - 1u));
-        store_row_offset(&s_row_offset[entry],
-                         (slot[k] / src.block_size) * src.stride_kv_block + (slot[k] % src.block_size) * src.stride_kv_token);
+        store_row_offset(&s_row_offset[entry], row_offset_bias + (slot[k] / src.block_size) * src.stride_kv_block +
+                                                   (slot[k] % src.block_size) * src.stride_kv_token);
         s_inv_scale[entry] = scale[k];
       }
-      num_valid += chunk_total;
-      sync();  // s_warp_counts is rewritten by the next chunk
+      num_valid += slice_total;
+      sync();  // s_warp_counts is rewritten by the next slice of columns
     }
   }
   return num_valid;
+}
+
+// All of a token's valid entries of `src` (its window: at most max_entries <= 1024 columns), 128
+// columns a pass; compact_columns says the rest.
+template <int kThreads, typename Sync, typename RowOffset>
+__device__ int compact_window(const KvSourceParams& src, int token, int tid, Sync sync, RowOffset* s_row_offset,
+                              float* s_inv_scale, int* s_warp_counts) {
+  const int columns = columns_in_window(load_token_length(src, token), src.max_entries);
+  return compact_columns<kThreads, 128>(src, token, 0, columns, tid, sync, s_row_offset, s_inv_scale, s_warp_counts);
 }
 
 }  // namespace swa_decode
