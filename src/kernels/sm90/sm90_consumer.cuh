@@ -88,12 +88,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       cute::warpgroup_arrive();
       const uint32_t q_base = ptx::smem_addr(smem.q[role.wg][seq % kQStages]);
       const uint32_t k_base = ptx::smem_addr(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf]);
-#pragma unroll
-      for (int k = 0; k < kBlockDims / 16; ++k) {
-        const uint64_t desc_q = ptx::make_smem_desc_sw128(q_base + k * 32, 16, 1024);
-        const uint64_t desc_k = ptx::make_smem_desc_sw128(k_base + k * 32, 16, 1024);
-        gmma_qk_impl(s, desc_q, desc_k, (c | k) != 0, std::make_index_sequence<64>{});
-      }
+      gmma_qk_chunk(s, q_base, k_base, c != 0);
       cute::warpgroup_commit_batch();
       if (c >= 1) {
         cute::warpgroup_wait<1>();
@@ -167,12 +162,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
         for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
       cute::warpgroup_arrive();
       const uint32_t v_base = ptx::smem_addr(smem.kv[half][0][0]);
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) {
-        // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO 16 KiB).
-        const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
-        gmma_pv_impl(o, p_frag[ks], desc_v, ks != 0, std::make_index_sequence<128>{});
-      }
+      gmma_pv_keys(o, p_frag, v_base, false);
       cute::warpgroup_commit_batch();
       cute::warpgroup_wait<0>();
       fence_accumulators(o);
