@@ -41,10 +41,13 @@ DecodeShape with_extra(DecodeShape s, int64_t entries = 512, int32_t alignment =
   return s;
 }
 
-// What each GPU family says of a shape with an extra source until its kernel reads one.
+// What a GPU family says of a shape with an extra source until its kernel reads one.
 std::string no_extra_source(const KernelRecord& record) {
   return std::string("the ") + record.family + " kernel does not read an extra KV source yet";
 }
+
+// The families whose kernels read an extra source (sm90: its layer kernel).
+bool reads_extra_source(const KernelRecord& record) { return record.id == KernelId::kSm90Wgmma; }
 
 // The launch configuration of a choice that must be the portable (sm90) kernel's; a failed
 // expectation, and zeros, otherwise.
@@ -184,7 +187,7 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
   }
 }
 
-TEST(SelectKernel, WithAnExtraSourceEveryFamilySaysWhyNot) {
+TEST(SelectKernel, WithAnExtraSourceAFamilyRunsItOrSaysWhyNot) {
   int shapes = 0;
   for (const DeviceInfo& device : {kH200, kA100}) {
     for (int64_t tokens : {1, 128, 2048}) {
@@ -193,13 +196,29 @@ TEST(SelectKernel, WithAnExtraSourceEveryFamilySaysWhyNot) {
           const DecodeShape s = with_extra(shape(tokens, heads), entries);
           EXPECT_TRUE(gpu_why_not(s, device).empty()) << gpu_why_not(s, device);
           const KernelChoice choice = select_kernel(s, device);
-          EXPECT_EQ(choice.kernel, nullptr) << choice.plan.name;
           for (const KernelRecord* record : kernel_records()) {
-            EXPECT_EQ(record->why_not(s, device), no_extra_source(*record));
-            EXPECT_TRUE(contains(choice.why_not, no_extra_source(*record))) << choice.why_not;
             const KernelChoice forced = select_kernel(s, device, record->id);
+            if (reads_extra_source(*record)) {
+              EXPECT_NE(record->why_not(s, device), no_extra_source(*record));
+              continue;
+            }
+            EXPECT_EQ(record->why_not(s, device), no_extra_source(*record));
             EXPECT_EQ(forced.kernel, nullptr) << record->family;
             EXPECT_EQ(forced.why_not, no_extra_source(*record));
+          }
+          // Only the sm90 layer kernel reads one: it runs every such shape on the H200 (preferred
+          // or, where it is not, the only family left), none on the A100.
+          if (device.cc_major == 9 && sm90_kernel_built()) {
+            EXPECT_EQ(choice.kernel, &kSm90Record) << choice.why_not;
+            EXPECT_EQ(choice.plan.name, "sm90_wgmma_layer");
+            EXPECT_TRUE(sm90_of(choice).layer);
+          } else {
+            EXPECT_EQ(choice.kernel, nullptr) << choice.plan.name;
+            for (const KernelRecord* record : kernel_records()) {
+              if (!reads_extra_source(*record)) {
+                EXPECT_TRUE(contains(choice.why_not, no_extra_source(*record))) << choice.why_not;
+              }
+            }
           }
           ++shapes;
         }
@@ -207,8 +226,46 @@ TEST(SelectKernel, WithAnExtraSourceEveryFamilySaysWhyNot) {
     }
   }
   EXPECT_EQ(shapes, 2 * 3 * 3 * 5);
-  // The same shapes without the extra source run.
-  EXPECT_NE(select_kernel(shape(128, 128), kH200).kernel, nullptr);
+  // The same shapes without the extra source run, on the window-only kernel where it is sm90's.
+  const KernelChoice window_only = select_kernel(shape(128, 128), kH200);
+  ASSERT_NE(window_only.kernel, nullptr);
+  if (window_only.kernel == &kSm90Record) {
+    EXPECT_EQ(window_only.plan.name, "sm90_wgmma");
+    EXPECT_FALSE(sm90_of(window_only).layer);
+  }
+}
+
+// The layer kernel keeps the extra source's row offsets as the window's (32-bit counts of 16
+// bytes), numbers its work items (a token and 64 heads) in int32, and needs the window in one tile.
+TEST(SelectKernel, TheSm90LayerKernelChecksTheExtraSourceLikeTheWindow) {
+  if (!sm90_kernel_built()) GTEST_SKIP() << "this build has no sm_90a kernel";
+  const DecodeShape c4a = with_extra(shape(512, 64), 1024);
+  EXPECT_TRUE(kSm90Record.why_not(c4a, kH200).empty()) << kSm90Record.why_not(c4a, kH200);
+  EXPECT_EQ(kSm90Record.why_not(with_extra(shape(512, 64), 1024, 8), kH200),
+            "the sm90 kernel copies cache rows 16 bytes at a time: extra.kv_cache address and strides must be "
+            "multiples of 16, got alignment 8");
+  DecodeShape far = c4a;
+  far.extra_kv_last_row_offset = int64_t{UINT32_MAX} * 16 + 16;
+  EXPECT_EQ(kSm90Record.why_not(far, kH200),
+            "the sm90 kernel keeps cache row offsets as 32-bit counts of 16 bytes: the last row must start within "
+            "64 GiB of extra.kv_cache, got " + std::to_string(far.extra_kv_last_row_offset) + " bytes");
+  far.extra_kv_last_row_offset = int64_t{UINT32_MAX} * 16;  // the last row that fits
+  EXPECT_TRUE(kSm90Record.why_not(far, kH200).empty());
+  // Two work items per token above 64 heads.
+  EXPECT_TRUE(kSm90Record.why_not(with_extra(shape(INT32_MAX, 64)), kH200).empty());
+  EXPECT_TRUE(kSm90Record.why_not(with_extra(shape(INT32_MAX / 2, 65)), kH200).empty());
+  EXPECT_EQ(kSm90Record.why_not(with_extra(shape(INT32_MAX / 2 + 1, 65)), kH200),
+            "the sm90 kernel numbers its work items (a token and 64 heads) in int32: num_tokens must be <= " +
+                std::to_string(INT32_MAX / 2) + " with 65 heads, got " + std::to_string(INT32_MAX / 2 + 1));
+  // The window's own limits hold as without an extra source.
+  EXPECT_TRUE(contains(kSm90Record.why_not(with_extra(shape(512, 64, 512, 129)), kH200), "window_size must be <= 128"));
+  EXPECT_TRUE(contains(kSm90Record.why_not(with_extra(shape(512, 64, 512, 128, 8)), kH200),
+                       "kv_cache address and strides must be multiples of 16"));
+  // The free choice's preference is the window kernel's: more than 16 heads, at least 64 tokens;
+  // below it the layer kernel still runs, as the only family that reads an extra source.
+  EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(64, 17)), kH200));
+  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 128)), kH200));
+  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(2048, 16)), kH200));
 }
 
 TEST(SelectKernel, AnExtraSourceMeetsTheSharedChecksOfItsOwn) {
@@ -375,7 +432,7 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
   std::set<std::string> names;
   for (const auto& [name, owner] : name_owner) names.insert(name);
   std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
-  if (sm90_kernel_built()) stable.insert("sm90_wgmma");
+  if (sm90_kernel_built()) stable.insert({"sm90_wgmma", "sm90_wgmma_layer"});
   EXPECT_EQ(names, stable);
   std::set<size_t> types;
   for (const auto& [id, type] : config_type) {
@@ -492,18 +549,29 @@ TEST(QuerySupport, CpuBackendRunsAnExtraSource) {
   EXPECT_TRUE(decode(args_for(p, Backend::kCpu)).ok());
 }
 
-TEST(QuerySupport, CudaWithAnExtraSourceSaysWhichFamilyCannotReadIt) {
+TEST(QuerySupport, CudaWithAnExtraSourceRunsWhereAFamilyReadsIt) {
   HostProblem p(with_extra_source(deepseek_like(128, 512)), 12);
   const DecodeArgs cuda = args_for(p, Backend::kCuda);
   for (const DeviceInfo& device : {kH200, kA100}) {
     const SupportInfo info = query_support_on(cuda, device);
-    EXPECT_FALSE(info.supported) << info.kernel;
-    EXPECT_TRUE(info.kernel.empty()) << info.kernel;
     for (const KernelRecord* record : kernel_records()) {
-      EXPECT_TRUE(contains(info.why_not, no_extra_source(*record))) << info.why_not;
       const SupportInfo forced = query_support_on(cuda, device, record->id);
+      if (reads_extra_source(*record)) continue;
       EXPECT_FALSE(forced.supported) << record->family;
       EXPECT_EQ(forced.why_not, no_extra_source(*record));
+      if (!info.supported) {
+        EXPECT_TRUE(contains(info.why_not, no_extra_source(*record))) << info.why_not;
+      }
+    }
+    // The sm90 layer kernel on the H200 (the cache rows of both sources are 16-byte aligned and
+    // contiguous here); nothing on the A100.
+    if (device.cc_major == 9 && sm90_kernel_built()) {
+      EXPECT_TRUE(info.supported) << info.why_not;
+      EXPECT_EQ(info.kernel, "sm90_wgmma_layer");
+      EXPECT_EQ(info.family, "sm90");
+    } else {
+      EXPECT_FALSE(info.supported) << info.kernel;
+      EXPECT_TRUE(info.kernel.empty()) << info.kernel;
     }
   }
   // The same arguments without the extra source run.
