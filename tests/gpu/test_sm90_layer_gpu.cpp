@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -112,6 +113,18 @@ struct LayerCase {
   bool through_graph = false;  // the decode captured in a CUDA graph, which is then launched
   uint64_t seed = 1;
 };
+
+// A case of `tokens` x `heads` with the extra source `extra`, the sinks (cycled) and the seed; the
+// rest as LayerCase's defaults.
+LayerCase layer_case(int64_t tokens, int64_t heads, const SourceSpec& extra, std::vector<float> sinks, uint64_t seed) {
+  LayerCase c;
+  c.tokens = tokens;
+  c.heads = heads;
+  c.extra = extra;
+  c.sinks = std::move(sinks);
+  c.seed = seed;
+  return c;
+}
 
 st::ProblemShape problem_shape(const LayerCase& c) {
   st::ProblemShape s;
@@ -349,8 +362,11 @@ struct Report {
   int64_t compared_tokens = 0, nan = 0, gap_writes = 0, out_violations = 0, lse_violations = 0;
   double worst_over_tolerance = 0.0, err_sq = 0.0, ref_sq = 0.0;
   std::string failures;
-  void fail(const std::string& line) {
-    if (failures.size() < 2000) failures += line + "\n";
+  // The first few failing elements: the message is built only while there is room, so that a
+  // broken kernel (every element NaN) does not cost a string per element.
+  template <typename... Parts>
+  void fail(const Parts&... parts) {
+    if (failures.size() < 2000) failures += text(parts...) + "\n";
   }
 };
 
@@ -388,7 +404,7 @@ Report check(const LayerCase& c, const DecodeArgs& host, const std::vector<uint1
         r.ref_sq += want * want;
         if (!ok) {
           ++r.out_violations;
-          r.fail(text("out[", t, "][", h, "][", d, "] = ", got, ", want ", want, " (kmax ", kmax, ")"));
+          r.fail("out[", t, "][", h, "][", d, "] = ", got, ", want ", want, " (kmax ", kmax, ")");
         }
       }
       if (lse.empty()) continue;
@@ -397,7 +413,7 @@ Report check(const LayerCase& c, const DecodeArgs& host, const std::vector<uint1
       const bool ok = std::isinf(want) ? got == want : std::fabs(got - want) <= 1e-3 * std::max(1.0, std::fabs(want));
       if (!ok) {
         ++r.lse_violations;
-        r.fail(text("lse[", t, "][", h, "] = ", got, ", want ", want));
+        r.fail("lse[", t, "][", h, "] = ", got, ", want ", want);
       }
     }
   }
@@ -408,7 +424,7 @@ Report check(const LayerCase& c, const DecodeArgs& host, const std::vector<uint1
         in_lse_view[t * host.stride_lse_token + h] = true;
         if (!nan_head(h) && std::isnan(lse[t * host.stride_lse_token + h])) {
           ++r.nan;
-          r.fail(text("lse[", t, "][", h, "] is NaN"));
+          r.fail("lse[", t, "][", h, "] is NaN");
         }
       }
       for (int64_t d = 0; d < D; ++d) {
@@ -416,7 +432,7 @@ Report check(const LayerCase& c, const DecodeArgs& host, const std::vector<uint1
         in_out_view[i] = true;
         if (!nan_head(h) && (out[i] & 0x7FFF) > 0x7F80) {
           ++r.nan;
-          r.fail(text("out[", t, "][", h, "][", d, "] is NaN or unwritten"));
+          r.fail("out[", t, "][", h, "][", d, "] is NaN or unwritten");
         }
       }
     }
@@ -492,9 +508,7 @@ class GpuSm90Layer : public ::testing::Test {
 // Extra lengths around the tile size (128 columns), up to C128A at 1M context (8192), each with a
 // full window and an empty one.
 TEST_F(GpuSm90Layer, ExtraEntryCounts) {
-  LayerCase c;
-  c.heads = 64;
-  c.extra = {.limit = 8192, .num_blocks = 64, .block_size = 64};
+  LayerCase c = layer_case(0, 64, {.limit = 8192, .num_blocks = 64, .block_size = 64}, {0.5f, -1.0f, 2.0f}, 11);
   for (const int64_t extra_len : {0, 1, 127, 128, 129, 512, 1000, 8192}) {
     for (const int64_t window_len : {128, 0}) {
       c.window.lens.push_back(window_len);
@@ -502,8 +516,6 @@ TEST_F(GpuSm90Layer, ExtraEntryCounts) {
     }
   }
   c.tokens = static_cast<int64_t>(c.window.lens.size());
-  c.sinks = {0.5f, -1.0f, 2.0f};
-  c.seed = 11;
   run_case(c);
 }
 
@@ -513,11 +525,9 @@ class GpuSm90LayerHeads : public GpuSm90Layer, public ::testing::WithParamInterf
 
 TEST_P(GpuSm90LayerHeads, MixedEdgeCases) {
   const int64_t heads = GetParam();
-  LayerCase c;
-  c.tokens = 12;
-  c.heads = heads;
+  LayerCase c = layer_case(12, heads, {.limit = 600, .num_blocks = 24, .block_size = 32}, {1.0f, -0.5f, 3.0f, -kInf},
+                           100 + static_cast<uint64_t>(heads));
   c.window.lens = {128, 0, -1, 1, 127, 129, 64, 128, 5, 300, 128, 100};
-  c.extra = {.limit = 600, .num_blocks = 24, .block_size = 32};
   c.extra.lens = {600, 1, 0, 129, -1, 700, 256, 333, 128, 599, 0, 40};
   for (SourceSpec* s : {&c.window, &c.extra}) {
     s->holes = 0.1;
@@ -530,8 +540,6 @@ TEST_P(GpuSm90LayerHeads, MixedEdgeCases) {
   c.extra.lens_dtype = heads >= 64 ? DType::kInt64 : DType::kInt32;
   c.window.inv_scale_dtype = heads >= 64 ? DType::kFloat32 : DType::kBFloat16;
   c.extra.inv_scale_dtype = heads == 16 || heads == 128 ? DType::kFloat32 : DType::kBFloat16;
-  c.sinks = {1.0f, -0.5f, 3.0f, -kInf};
-  c.seed = 100 + static_cast<uint64_t>(heads);
   run_case(c);
 }
 
@@ -543,9 +551,8 @@ INSTANTIATE_TEST_SUITE_P(Heads, GpuSm90LayerHeads, ::testing::Values(1, 16, 64, 
 // a last tile of holes. A token without entries gets out 0 and lse -inf whatever the sink.
 TEST_F(GpuSm90Layer, EmptyAndOneSidedTokens) {
   for (const int64_t heads : {16, 128}) {
-    LayerCase c;
-    c.heads = heads;
-    c.extra = {.limit = 400, .num_blocks = 16, .block_size = 64};
+    LayerCase c = layer_case(0, heads, {.limit = 400, .num_blocks = 16, .block_size = 64}, {kInf, -kInf, 0.0f, 4.0f},
+                             200 + static_cast<uint64_t>(heads));
     // token:          0    1   2    3   4   5   6    7    8    9    10   11
     c.window.lens = {0, -1, 128, 50, 0, -1, 128, 128, 90, 128, 0, 128};
     c.extra.lens = {300, 200, 0, -1, 0, -1, 300, 400, 384, 300, 400, 0};
@@ -559,8 +566,6 @@ TEST_F(GpuSm90Layer, EmptyAndOneSidedTokens) {
         {10, Source::kExtra, 0, 400, -1},   // 10: nothing at all, in 4 tiles of holes
         {11, Source::kWindow, 0, 128, -5},  // 11: nothing at all, one tile of negative ids
     };
-    c.sinks = {kInf, -kInf, 0.0f, 4.0f};
-    c.seed = 200 + static_cast<uint64_t>(heads);
     run_case(c);
   }
 }
@@ -568,45 +573,28 @@ TEST_F(GpuSm90Layer, EmptyAndOneSidedTokens) {
 // Both sources name one cache and one set of scales, the extra ids repeating window slots: a slot
 // named twice in the window and once in the extra source is three entries.
 TEST_F(GpuSm90Layer, BothSourcesShareOneCache) {
-  LayerCase c;
-  c.tokens = 10;
-  c.heads = 64;
+  LayerCase c = layer_case(10, 64, {.limit = 512, .holes = 0.05, .duplicates = 0.5}, {0.0f, 1.5f}, 300);
   c.shared_cache = true;
   c.window.num_blocks = 8;  // 512 slots for up to 128 + 512 entries a token: many repeats
-  c.extra = {.limit = 512};
   c.window.duplicates = 0.2;
-  c.extra.duplicates = 0.5;
-  c.extra.holes = 0.05;
-  c.sinks = {0.0f, 1.5f};
-  c.seed = 300;
   run_case(c);
 }
 
 // Lengths of -1, 0, 1, the limit, past the limit (both sources; int64 lengths hold values an int32
 // would not), with in-range ids of poisoned slots in every column past the length and the limit.
 TEST_F(GpuSm90Layer, LengthsPastTheLimits) {
-  LayerCase c;
-  c.heads = 32;
+  LayerCase c = layer_case(8, 32, {.limit = 256, .lens_dtype = DType::kInt64}, {-2.0f}, 400);
   c.window.limit = 96;
   c.window.lens_dtype = DType::kInt64;
   c.window.lens = {-1, 0, 1, 96, 97, int64_t{1} << 40, 50, 96};
-  c.extra = {.limit = 256, .lens_dtype = DType::kInt64};
   c.extra.lens = {256, 257, int64_t{1} << 35, -1, 0, 1, -(int64_t{1} << 40), 255};
-  c.tokens = static_cast<int64_t>(c.window.lens.size());
-  c.sinks = {-2.0f};
-  c.seed = 400;
   run_case(c);
 }
 
 // Sinks of +inf (out 0, lse unchanged), -inf and finite values across the heads of one slab; then
 // no sink at all and no lse, captured in a CUDA graph (the launch allocates and synchronizes nothing).
 TEST_F(GpuSm90Layer, SinksAndNoLse) {
-  LayerCase c;
-  c.tokens = 6;
-  c.heads = 64;
-  c.sinks = {kInf, -kInf, 0.0f, 3.5f, -1.0f, 8.0f, 20.0f, -20.0f};
-  c.extra = {.limit = 300};
-  c.seed = 500;
+  LayerCase c = layer_case(6, 64, {.limit = 300}, {kInf, -kInf, 0.0f, 3.5f, -1.0f, 8.0f, 20.0f, -20.0f}, 500);
   run_case(c);
   c.sinks.clear();
   c.with_lse = false;
@@ -627,16 +615,12 @@ TEST_F(GpuSm90Layer, IndexLengthAndScaleDtypesOfEachSource) {
   const std::pair<Dtypes, Dtypes> combos[] = {{narrow, wide}, {wide, narrow}, {mixed_a, mixed_b}, {mixed_b, mixed_a}};
   uint64_t seed = 600;
   for (const auto& [w, x] : combos) {
-    LayerCase c;
-    c.tokens = 8;
-    c.heads = 16;
+    LayerCase c = layer_case(8, 16, {.limit = 300, .index_dtype = x.index, .lens_dtype = x.lens, .inv_scale_dtype = x.scale},
+                             {1.0f}, seed++);
     c.window.index_dtype = w.index;
     c.window.lens_dtype = w.lens;
     c.window.inv_scale_dtype = w.scale;
-    c.extra = {.limit = 300, .index_dtype = x.index, .lens_dtype = x.lens, .inv_scale_dtype = x.scale};
     c.extra.holes = c.window.holes = 0.05;
-    c.sinks = {1.0f};
-    c.seed = seed++;
     run_case(c);
   }
 }
@@ -646,44 +630,31 @@ TEST_F(GpuSm90Layer, IndexLengthAndScaleDtypesOfEachSource) {
 // the next. Three token ranges are compared; every token is checked for NaN.
 TEST_F(GpuSm90Layer, SeveralItemsPerCta) {
   for (const int64_t heads : {128, 64}) {
-    LayerCase c;
-    c.tokens = 300;
-    c.heads = heads;
-    c.extra = {.limit = 256, .num_blocks = 32, .block_size = 64};
+    LayerCase c = layer_case(300, heads, {.limit = 256, .num_blocks = 32, .block_size = 64}, {0.25f, -kInf},
+                             700 + static_cast<uint64_t>(heads));
     c.window.holes = c.extra.holes = 0.05;
     c.extra.duplicates = 0.05;
-    c.sinks = {0.25f, -kInf};
     c.compared = {{0, 6}, {147, 153}, {294, 300}};
-    c.seed = 700 + static_cast<uint64_t>(heads);
     run_case(c);
   }
 }
 
 // The largest extra source (kMaxExtraEntries = 16384 columns, 128 tiles) at H = 128.
 TEST_F(GpuSm90Layer, LargestExtraSource) {
-  LayerCase c;
-  c.tokens = 3;
-  c.heads = 128;
-  c.extra = {.limit = swa_decode::kMaxExtraEntries, .num_blocks = 64, .block_size = 64};
+  LayerCase c = layer_case(3, 128, {.limit = swa_decode::kMaxExtraEntries, .num_blocks = 64, .block_size = 64},
+                           {1.0f, -1.0f}, 800);
   c.extra.lens = {swa_decode::kMaxExtraEntries, 9000, 0};
   c.window.lens = {128, 0, 128};
   c.extra.holes = 0.02;
-  c.sinks = {1.0f, -1.0f};
   c.compared = {{0, 2}};
-  c.seed = 800;
   run_case(c);
 }
 
 // q of some heads NaN (engines pass uninitialized padding heads): every other head, in the same
 // warp, warpgroup, slab and CTA, must come out as if they were not there.
 TEST_F(GpuSm90Layer, NanHeadsStayInTheirRows) {
-  LayerCase c;
-  c.tokens = 6;
-  c.heads = 128;
+  LayerCase c = layer_case(6, 128, {.limit = 400}, {0.5f}, 900);
   c.nan_heads = {5, 64, 100, 127};
-  c.extra = {.limit = 400};
-  c.sinks = {0.5f};
-  c.seed = 900;
   run_case(c);
 }
 
@@ -691,12 +662,9 @@ TEST_F(GpuSm90Layer, NanHeadsStayInTheirRows) {
 // head and token strides, head-major q, lse with a padded token stride.
 TEST_F(GpuSm90Layer, StridedTensors) {
   for (const bool head_major : {false, true}) {
-    LayerCase c;
-    c.tokens = 8;
-    c.heads = 64;
+    LayerCase c = layer_case(8, 64, {.limit = 300, .kv_token_pad = 80, .kv_block_pad = 16}, {2.0f}, 1000 + head_major);
     c.window.kv_token_pad = 64;
     c.window.kv_block_pad = 32;
-    c.extra = {.limit = 300, .kv_token_pad = 80, .kv_block_pad = 16};
     c.head_major_q = head_major;
     c.q_head_pad = 64;
     c.q_token_pad = 8;
@@ -704,8 +672,6 @@ TEST_F(GpuSm90Layer, StridedTensors) {
     c.out_token_pad = 16;
     c.lse_pad = 3;
     c.window.holes = c.extra.holes = 0.1;
-    c.sinks = {2.0f};
-    c.seed = 1000 + head_major;
     run_case(c);
   }
 }
@@ -715,13 +681,10 @@ TEST_F(GpuSm90Layer, StridedTensors) {
 // A case of each kind above, small enough for the CPU backend: tokens with entries in one source,
 // in neither, tiles of holes, one cache for both, sinks of +-inf.
 LayerCase harness_case(bool shared_cache) {
-  LayerCase c;
-  c.heads = 8;
+  LayerCase c = layer_case(6, 8, {.limit = 300, .num_blocks = 8, .block_size = 32}, {kInf, -kInf, 1.0f}, 1100 + shared_cache);
   c.shared_cache = shared_cache;
-  c.extra = {.limit = 300, .num_blocks = 8, .block_size = 32};
   c.window.lens = {0, 128, 60, -1, 128, 128};
   c.extra.lens = {300, 0, 1, -1, 300, 129};
-  c.tokens = static_cast<int64_t>(c.window.lens.size());
   // Token 1: a window of holes; 4: a middle extra tile of holes; 5: a window of holes before extra entries.
   c.id_runs = {{1, Source::kWindow, 0, 128, -1}, {4, Source::kExtra, 128, 256, -1}, {5, Source::kWindow, 0, 128, -1}};
   c.window.duplicates = c.extra.duplicates = 0.1;
@@ -729,8 +692,6 @@ LayerCase harness_case(bool shared_cache) {
   c.extra.out_of_range = 0.05;
   c.out_head_pad = 8;
   c.lse_pad = 2;
-  c.sinks = {kInf, -kInf, 1.0f};
-  c.seed = 1100 + shared_cache;
   return c;
 }
 
