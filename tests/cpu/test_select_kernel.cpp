@@ -46,8 +46,11 @@ std::string no_extra_source(const KernelRecord& record) {
   return std::string("the ") + record.family + " kernel does not read an extra KV source yet";
 }
 
-// The families whose kernels read an extra source (sm90: its layer kernel).
-bool reads_extra_source(const KernelRecord& record) { return record.id == KernelId::kSm90Wgmma; }
+// Whether a family's kernel reads an extra source: its why_not does not refuse one (sm90 reads one
+// with its layer kernel).
+bool reads_extra_source(const KernelRecord& record) {
+  return record.why_not(with_extra(shape(128, 64)), kH200) != no_extra_source(record);
+}
 
 // The launch configuration of a choice that must be the portable (sm90) kernel's; a failed
 // expectation, and zeros, otherwise.
@@ -188,6 +191,7 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
 }
 
 TEST(SelectKernel, WithAnExtraSourceAFamilyRunsItOrSaysWhyNot) {
+  EXPECT_EQ(reads_extra_source(kSm90Record), sm90_kernel_built());
   int shapes = 0;
   for (const DeviceInfo& device : {kH200, kA100}) {
     for (int64_t tokens : {1, 128, 2048}) {
@@ -196,29 +200,31 @@ TEST(SelectKernel, WithAnExtraSourceAFamilyRunsItOrSaysWhyNot) {
           const DecodeShape s = with_extra(shape(tokens, heads), entries);
           EXPECT_TRUE(gpu_why_not(s, device).empty()) << gpu_why_not(s, device);
           const KernelChoice choice = select_kernel(s, device);
+          bool some_family_runs_it = false;
           for (const KernelRecord* record : kernel_records()) {
             const KernelChoice forced = select_kernel(s, device, record->id);
             if (reads_extra_source(*record)) {
-              EXPECT_NE(record->why_not(s, device), no_extra_source(*record));
+              some_family_runs_it |= record->why_not(s, device).empty();
               continue;
             }
             EXPECT_EQ(record->why_not(s, device), no_extra_source(*record));
             EXPECT_EQ(forced.kernel, nullptr) << record->family;
             EXPECT_EQ(forced.why_not, no_extra_source(*record));
+            EXPECT_TRUE(choice.kernel != nullptr || contains(choice.why_not, no_extra_source(*record)))
+                << choice.why_not;
           }
-          // Only the sm90 layer kernel reads one: it runs every such shape on the H200 (preferred
-          // or, where it is not, the only family left), none on the A100.
-          if (device.cc_major == 9 && sm90_kernel_built()) {
-            EXPECT_EQ(choice.kernel, &kSm90Record) << choice.why_not;
+          // The free choice runs it on a family that reads it, where one can: the sm90 layer kernel
+          // wherever sm90 is preferred (the H200, more than 16 heads, at least 64 tokens).
+          EXPECT_EQ(choice.kernel != nullptr, some_family_runs_it) << choice.plan.name << choice.why_not;
+          if (choice.kernel != nullptr) {
+            EXPECT_TRUE(reads_extra_source(*choice.kernel)) << choice.kernel->family;
+          }
+          if (choice.kernel == &kSm90Record) {
             EXPECT_EQ(choice.plan.name, "sm90_wgmma_layer");
             EXPECT_TRUE(sm90_of(choice).layer);
-          } else {
-            EXPECT_EQ(choice.kernel, nullptr) << choice.plan.name;
-            for (const KernelRecord* record : kernel_records()) {
-              if (!reads_extra_source(*record)) {
-                EXPECT_TRUE(contains(choice.why_not, no_extra_source(*record))) << choice.why_not;
-              }
-            }
+          }
+          if (sm90_kernel_built() && device.cc_major == 9 && heads > 16 && tokens >= 64) {
+            EXPECT_EQ(choice.kernel, &kSm90Record) << choice.why_not;
           }
           ++shapes;
         }
@@ -554,24 +560,31 @@ TEST(QuerySupport, CudaWithAnExtraSourceRunsWhereAFamilyReadsIt) {
   const DecodeArgs cuda = args_for(p, Backend::kCuda);
   for (const DeviceInfo& device : {kH200, kA100}) {
     const SupportInfo info = query_support_on(cuda, device);
+    bool some_family_runs_it = false;
     for (const KernelRecord* record : kernel_records()) {
       const SupportInfo forced = query_support_on(cuda, device, record->id);
-      if (reads_extra_source(*record)) continue;
+      if (reads_extra_source(*record)) {
+        some_family_runs_it |= forced.supported;
+        continue;
+      }
       EXPECT_FALSE(forced.supported) << record->family;
       EXPECT_EQ(forced.why_not, no_extra_source(*record));
       if (!info.supported) {
         EXPECT_TRUE(contains(info.why_not, no_extra_source(*record))) << info.why_not;
       }
     }
-    // The sm90 layer kernel on the H200 (the cache rows of both sources are 16-byte aligned and
-    // contiguous here); nothing on the A100.
-    if (device.cc_major == 9 && sm90_kernel_built()) {
-      EXPECT_TRUE(info.supported) << info.why_not;
+    EXPECT_EQ(info.supported, some_family_runs_it) << info.kernel << info.why_not;
+    if (info.family == "sm90") {
       EXPECT_EQ(info.kernel, "sm90_wgmma_layer");
-      EXPECT_EQ(info.family, "sm90");
+    }
+    // Forced, the sm90 family runs it on the H200 with its layer kernel (the cache rows of both
+    // sources are 16-byte aligned and contiguous here).
+    const SupportInfo sm90 = query_support_on(cuda, device, KernelId::kSm90Wgmma);
+    if (device.cc_major == 9 && sm90_kernel_built()) {
+      EXPECT_TRUE(sm90.supported) << sm90.why_not;
+      EXPECT_EQ(sm90.kernel, "sm90_wgmma_layer");
     } else {
-      EXPECT_FALSE(info.supported) << info.kernel;
-      EXPECT_TRUE(info.kernel.empty()) << info.kernel;
+      EXPECT_FALSE(sm90.supported) << sm90.kernel;
     }
   }
   // The same arguments without the extra source run.
