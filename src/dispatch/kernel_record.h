@@ -61,9 +61,12 @@ struct PortableLaunch {
   int32_t window_splits;        // CTAs (one cluster, sm_90+) sharing each window; 1 = no split
 };
 
-// Launch configuration of the sm90 kernel (src/kernels/sm90/launch_sm90.h).
+// Launch configuration of the sm90 kernels (src/kernels/sm90/launch_sm90.h).
 struct Sm90Launch {
   int32_t persistent_ctas;  // one per SM
+  // The layer kernel (decode_sm90_layer.cuh), which reads the extra source too; else the
+  // window-only kernel (decode_sm90.cuh).
+  bool layer = false;
 };
 
 // What a record's plan() decides for a shape it runs.

@@ -29,7 +29,8 @@ cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cuda
   const Sm90Launch* config = std::get_if<Sm90Launch>(&plan.config);
   if (config == nullptr) return cudaErrorInvalidValue;
 #if defined(SWA_DECODE_HAS_SM90)
-  return launch_sm90_decode(params, config->persistent_ctas, stream);
+  return config->layer ? launch_sm90_layer_decode(params, config->persistent_ctas, stream)
+                       : launch_sm90_decode(params, config->persistent_ctas, stream);
 #else
   (void)params;
   (void)stream;

@@ -1,13 +1,15 @@
 // The Hopper fast path (wgmma, TMA, setmaxnreg; src/kernels/sm90/): one persistent CTA per SM runs
 // one token at a time with the whole window and all heads, so it needs the window in shared memory
-// and pays off only where there are enough heads and tokens to fill the machine. It reads no extra
-// source yet (issue 11): the first line of why_not refuses one.
+// and pays off only where there are enough heads and tokens to fill the machine. A shape with an
+// extra source runs on its layer kernel (decode_sm90_layer.cuh: the window and the extra entries
+// in tiles of 128, one token and 64 heads at a time), which needs the same of both sources' rows.
 #include <cstdint>
 #include <string>
 
 #include "src/dispatch/kernel_record.h"
 #include "src/dispatch/launch.h"
 #include "src/dispatch/select_kernel.h"
+#include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_plan.h"
 
 namespace swa_decode {
@@ -21,8 +23,21 @@ constexpr int64_t kMinHeads = 17;  // 16 heads or fewer: 64-row wgmma would wast
 // 17.8 us portable vs 26.3 us sm90; T = 128: 56.4 vs 35.2).
 constexpr int64_t kMinTokens = 64;
 
+// Both kernels copy a source's cache rows 16 bytes at a time and keep their offsets from `cache`
+// as 32-bit counts of 16 bytes.
+std::string rows_why_not(const char* cache, int32_t alignment, int64_t last_row_offset) {
+  if (alignment < 16) {
+    return std::string("the sm90 kernel copies cache rows 16 bytes at a time: ") + cache +
+           " address and strides must be multiples of 16, got alignment " + std::to_string(alignment);
+  }
+  if (last_row_offset > kMaxRowOffset) {
+    return std::string("the sm90 kernel keeps cache row offsets as 32-bit counts of 16 bytes: the last row must "
+                       "start within 64 GiB of ") + cache + ", got " + std::to_string(last_row_offset) + " bytes";
+  }
+  return {};
+}
+
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
-  if (shape.has_extra) return "the sm90 kernel does not read an extra KV source yet";  // issue 11
   if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";
   if (device.cc_major != 9 || device.cc_minor != 0) {
     return "the sm90 kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
@@ -32,17 +47,22 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
     return "the sm90 kernel holds the whole window in shared memory: window_size must be <= " +
            std::to_string(sm90::kKeys) + ", got " + std::to_string(shape.window_size);
   }
-  if (shape.kv_row_alignment < 16) {
-    return "the sm90 kernel copies cache rows 16 bytes at a time: kv_cache address and strides must be "
-           "multiples of 16, got alignment " + std::to_string(shape.kv_row_alignment);
-  }
-  if (shape.kv_last_row_offset > kMaxRowOffset) {
-    return "the sm90 kernel keeps cache row offsets as 32-bit counts of 16 bytes: the last row must start within "
-           "64 GiB of kv_cache, got " + std::to_string(shape.kv_last_row_offset) + " bytes";
-  }
-  if (device.smem_optin_bytes < sm90::kSmemBytes) {
-    return "the sm90 kernel needs " + std::to_string(sm90::kSmemBytes) + " bytes of shared memory per block, device "
+  std::string rows = rows_why_not("kv_cache", shape.kv_row_alignment, shape.kv_last_row_offset);
+  if (!rows.empty()) return rows;
+  const int smem_bytes = shape.has_extra ? sm90::kLayerSmemBytes : sm90::kSmemBytes;
+  if (device.smem_optin_bytes < smem_bytes) {
+    return "the sm90 kernel needs " + std::to_string(smem_bytes) + " bytes of shared memory per block, device "
            "allows " + std::to_string(device.smem_optin_bytes);
+  }
+  if (!shape.has_extra) return {};
+  rows = rows_why_not("extra.kv_cache", shape.extra_kv_row_alignment, shape.extra_kv_last_row_offset);
+  if (!rows.empty()) return rows;
+  // Work items (a token and 64 heads) are numbered in int32; gpu_why_not has checked num_heads.
+  const int64_t slabs = sm90::layer_slabs(static_cast<int>(shape.num_heads));
+  if (shape.num_tokens > INT32_MAX / slabs) {
+    return "the sm90 kernel numbers its work items (a token and 64 heads) in int32: num_tokens must be <= " +
+           std::to_string(INT32_MAX / slabs) + " with " + std::to_string(shape.num_heads) + " heads, got " +
+           std::to_string(shape.num_tokens);
   }
   return {};
 }
@@ -51,9 +71,10 @@ bool preferred(const DecodeShape& shape, const DeviceInfo&) {
   return shape.num_heads >= kMinHeads && shape.num_tokens >= kMinTokens;
 }
 
-LaunchPlan plan(const DecodeShape&, const DeviceInfo& device) {
-  return LaunchPlan{
-      .name = "sm90_wgmma", .head_groups_per_cta = 0, .config = Sm90Launch{.persistent_ctas = device.num_sms}};
+LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {
+  return LaunchPlan{.name = shape.has_extra ? "sm90_wgmma_layer" : "sm90_wgmma",
+                    .head_groups_per_cta = 0,
+                    .config = Sm90Launch{.persistent_ctas = device.num_sms, .layer = shape.has_extra}};
 }
 
 }  // namespace

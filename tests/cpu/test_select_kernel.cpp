@@ -41,9 +41,15 @@ DecodeShape with_extra(DecodeShape s, int64_t entries = 512, int32_t alignment =
   return s;
 }
 
-// What each GPU family says of a shape with an extra source until its kernel reads one.
+// What a GPU family says of a shape with an extra source until its kernel reads one.
 std::string no_extra_source(const KernelRecord& record) {
   return std::string("the ") + record.family + " kernel does not read an extra KV source yet";
+}
+
+// Whether a family's kernel reads an extra source: its why_not does not refuse one (sm90 reads one
+// with its layer kernel).
+bool reads_extra_source(const KernelRecord& record) {
+  return record.why_not(with_extra(shape(128, 64)), kH200) != no_extra_source(record);
 }
 
 // The launch configuration of a choice that must be the portable (sm90) kernel's; a failed
@@ -184,13 +190,9 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
   }
 }
 
-// Which families read an extra source, family by family: the portable kernel does (issue 11);
-// the sm90 kernel says why not until its own kernel for it lands.
-TEST(SelectKernel, WithAnExtraSourceThePortableKernelRunsAndSm90SaysWhyNot) {
-  const KernelRecord* portable = find_kernel(KernelId::kPortableMma);
-  const KernelRecord* sm90 = find_kernel(KernelId::kSm90Wgmma);
-  ASSERT_NE(portable, nullptr);
-  ASSERT_NE(sm90, nullptr);
+TEST(SelectKernel, WithAnExtraSourceAFamilyRunsItOrSaysWhyNot) {
+  EXPECT_TRUE(reads_extra_source(kPortableRecord));
+  EXPECT_EQ(reads_extra_source(kSm90Record), sm90_kernel_built());
   int shapes = 0;
   for (const DeviceInfo& device : {kH200, kA100}) {
     for (int64_t tokens : {1, 128, 2048}) {
@@ -198,20 +200,80 @@ TEST(SelectKernel, WithAnExtraSourceThePortableKernelRunsAndSm90SaysWhyNot) {
         for (int64_t entries : {int64_t{1}, int64_t{512}, int64_t{1024}, int64_t{8192}, kMaxExtraEntries}) {
           const DecodeShape s = with_extra(shape(tokens, heads), entries);
           EXPECT_TRUE(gpu_why_not(s, device).empty()) << gpu_why_not(s, device);
-          EXPECT_EQ(portable->why_not(s, device), "");
-          EXPECT_EQ(sm90->why_not(s, device), no_extra_source(*sm90));
+          EXPECT_EQ(kPortableRecord.why_not(s, device), "");
           const KernelChoice choice = select_kernel(s, device);
-          ASSERT_EQ(choice.kernel, portable) << choice.why_not;
-          EXPECT_EQ(choice.plan.name.rfind("portable_mma_g", 0), 0u) << choice.plan.name;
-          const KernelChoice forced = select_kernel(s, device, KernelId::kSm90Wgmma);
-          EXPECT_EQ(forced.kernel, nullptr) << forced.plan.name;
-          EXPECT_EQ(forced.why_not, no_extra_source(*sm90));
+          bool some_family_runs_it = false;
+          for (const KernelRecord* record : kernel_records()) {
+            const KernelChoice forced = select_kernel(s, device, record->id);
+            if (reads_extra_source(*record)) {
+              some_family_runs_it |= record->why_not(s, device).empty();
+              continue;
+            }
+            EXPECT_EQ(record->why_not(s, device), no_extra_source(*record));
+            EXPECT_EQ(forced.kernel, nullptr) << record->family;
+            EXPECT_EQ(forced.why_not, no_extra_source(*record));
+            EXPECT_TRUE(choice.kernel != nullptr || contains(choice.why_not, no_extra_source(*record)))
+                << choice.why_not;
+          }
+          // The free choice runs it on a family that reads it, where one can: the sm90 layer kernel
+          // wherever sm90 is preferred (the H200, more than 16 heads, at least 64 tokens).
+          EXPECT_EQ(choice.kernel != nullptr, some_family_runs_it) << choice.plan.name << choice.why_not;
+          if (choice.kernel != nullptr) {
+            EXPECT_TRUE(reads_extra_source(*choice.kernel)) << choice.kernel->family;
+          }
+          if (choice.kernel == &kSm90Record) {
+            EXPECT_EQ(choice.plan.name, "sm90_wgmma_layer");
+            EXPECT_TRUE(sm90_of(choice).layer);
+          }
+          if (sm90_kernel_built() && device.cc_major == 9 && heads > 16 && tokens >= 64) {
+            EXPECT_EQ(choice.kernel, &kSm90Record) << choice.why_not;
+          }
           ++shapes;
         }
       }
     }
   }
   EXPECT_EQ(shapes, 2 * 3 * 3 * 5);
+  // The same shapes without the extra source run, on the window-only kernel where it is sm90's.
+  const KernelChoice window_only = select_kernel(shape(128, 128), kH200);
+  ASSERT_NE(window_only.kernel, nullptr);
+  if (window_only.kernel == &kSm90Record) {
+    EXPECT_EQ(window_only.plan.name, "sm90_wgmma");
+    EXPECT_FALSE(sm90_of(window_only).layer);
+  }
+}
+
+// The layer kernel keeps the extra source's row offsets as the window's (32-bit counts of 16
+// bytes), numbers its work items (a token and 64 heads) in int32, and needs the window in one tile.
+TEST(SelectKernel, TheSm90LayerKernelChecksTheExtraSourceLikeTheWindow) {
+  if (!sm90_kernel_built()) GTEST_SKIP() << "this build has no sm_90a kernel";
+  const DecodeShape c4a = with_extra(shape(512, 64), 1024);
+  EXPECT_TRUE(kSm90Record.why_not(c4a, kH200).empty()) << kSm90Record.why_not(c4a, kH200);
+  EXPECT_EQ(kSm90Record.why_not(with_extra(shape(512, 64), 1024, 8), kH200),
+            "the sm90 kernel copies cache rows 16 bytes at a time: extra.kv_cache address and strides must be "
+            "multiples of 16, got alignment 8");
+  DecodeShape far = c4a;
+  far.extra_kv_last_row_offset = int64_t{UINT32_MAX} * 16 + 16;
+  EXPECT_EQ(kSm90Record.why_not(far, kH200),
+            "the sm90 kernel keeps cache row offsets as 32-bit counts of 16 bytes: the last row must start within "
+            "64 GiB of extra.kv_cache, got " + std::to_string(far.extra_kv_last_row_offset) + " bytes");
+  far.extra_kv_last_row_offset = int64_t{UINT32_MAX} * 16;  // the last row that fits
+  EXPECT_TRUE(kSm90Record.why_not(far, kH200).empty());
+  // Two work items per token above 64 heads.
+  EXPECT_TRUE(kSm90Record.why_not(with_extra(shape(INT32_MAX, 64)), kH200).empty());
+  EXPECT_TRUE(kSm90Record.why_not(with_extra(shape(INT32_MAX / 2, 65)), kH200).empty());
+  EXPECT_EQ(kSm90Record.why_not(with_extra(shape(INT32_MAX / 2 + 1, 65)), kH200),
+            "the sm90 kernel numbers its work items (a token and 64 heads) in int32: num_tokens must be <= " +
+                std::to_string(INT32_MAX / 2) + " with 65 heads, got " + std::to_string(INT32_MAX / 2 + 1));
+  // The window's own limits hold as without an extra source.
+  EXPECT_TRUE(contains(kSm90Record.why_not(with_extra(shape(512, 64, 512, 129)), kH200), "window_size must be <= 128"));
+  EXPECT_TRUE(contains(kSm90Record.why_not(with_extra(shape(512, 64, 512, 128, 8)), kH200),
+                       "kv_cache address and strides must be multiples of 16"));
+  // The free choice's preference is the window kernel's: more than 16 heads, at least 64 tokens;
+  // below it the layer kernel still runs, as the only family that reads an extra source.
+  EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(64, 17)), kH200));
+  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 128)), kH200));
+  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(2048, 16)), kH200));
 }
 
 TEST(SelectKernel, AnExtraSourceMeetsTheSharedChecksOfItsOwn) {
@@ -378,7 +440,7 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
   std::set<std::string> names;
   for (const auto& [name, owner] : name_owner) names.insert(name);
   std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
-  if (sm90_kernel_built()) stable.insert("sm90_wgmma");
+  if (sm90_kernel_built()) stable.insert({"sm90_wgmma", "sm90_wgmma_layer"});
   EXPECT_EQ(names, stable);
   std::set<size_t> types;
   for (const auto& [id, type] : config_type) {
@@ -495,18 +557,37 @@ TEST(QuerySupport, CpuBackendRunsAnExtraSource) {
   EXPECT_TRUE(decode(args_for(p, Backend::kCpu)).ok());
 }
 
-TEST(QuerySupport, CudaWithAnExtraSourceRunsThePortableKernelAndSaysWhySm90CannotReadIt) {
+TEST(QuerySupport, CudaWithAnExtraSourceRunsWhereAFamilyReadsIt) {
   HostProblem p(with_extra_source(deepseek_like(128, 512)), 12);
   const DecodeArgs cuda = args_for(p, Backend::kCuda);
-  const KernelRecord* sm90 = find_kernel(KernelId::kSm90Wgmma);
-  ASSERT_NE(sm90, nullptr);
   for (const DeviceInfo& device : {kH200, kA100}) {
     const SupportInfo info = query_support_on(cuda, device);
-    EXPECT_TRUE(info.supported) << info.why_not;
-    EXPECT_EQ(info.family, "portable");
-    const SupportInfo forced = query_support_on(cuda, device, KernelId::kSm90Wgmma);
-    EXPECT_FALSE(forced.supported) << forced.kernel;
-    EXPECT_EQ(forced.why_not, no_extra_source(*sm90));
+    bool some_family_runs_it = false;
+    for (const KernelRecord* record : kernel_records()) {
+      const SupportInfo forced = query_support_on(cuda, device, record->id);
+      if (reads_extra_source(*record)) {
+        some_family_runs_it |= forced.supported;
+        continue;
+      }
+      EXPECT_FALSE(forced.supported) << record->family;
+      EXPECT_EQ(forced.why_not, no_extra_source(*record));
+      if (!info.supported) {
+        EXPECT_TRUE(contains(info.why_not, no_extra_source(*record))) << info.why_not;
+      }
+    }
+    EXPECT_EQ(info.supported, some_family_runs_it) << info.kernel << info.why_not;
+    if (info.family == "sm90") {
+      EXPECT_EQ(info.kernel, "sm90_wgmma_layer");
+    }
+    // Forced, the sm90 family runs it on the H200 with its layer kernel (the cache rows of both
+    // sources are 16-byte aligned and contiguous here).
+    const SupportInfo sm90 = query_support_on(cuda, device, KernelId::kSm90Wgmma);
+    if (device.cc_major == 9 && sm90_kernel_built()) {
+      EXPECT_TRUE(sm90.supported) << sm90.why_not;
+      EXPECT_EQ(sm90.kernel, "sm90_wgmma_layer");
+    } else {
+      EXPECT_FALSE(sm90.supported) << sm90.kernel;
+    }
   }
 }
 

@@ -1,4 +1,6 @@
-// Launcher of the Hopper fast path (src/kernels/sm90/decode_sm90.cuh). Built only for sm_90a.
+// Launchers of the Hopper fast paths (src/kernels/sm90/): the window-only kernel
+// (decode_sm90.cuh) and the layer kernel that also reads an extra KV source (decode_sm90_layer.cuh).
+// Built only for sm_90a.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,5 +12,9 @@ namespace swa_decode {
 // Launches min(num_tokens, persistent_ctas) persistent CTAs. Encodes q's TMA descriptor on the
 // host (no allocation, no synchronization: capturable in a CUDA graph).
 cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, cudaStream_t stream);
+
+// The same for the layer kernel: min(work items, persistent_ctas) CTAs, a work item being a token
+// and a slab of 64 heads (two per token for more than 64 heads).
+cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, cudaStream_t stream);
 
 }  // namespace swa_decode

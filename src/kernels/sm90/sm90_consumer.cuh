@@ -55,6 +55,49 @@ __device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int quad_lane) 
   }
 }
 
+// The softmax of one S fragment (m64nN: kAccumulators = N / 2 scores per lane, keys 8 i + 2 q + e
+// of rows head_lo (s[4 i + e]) and head_hi (s[4 i + 2 + e])), in two steps around the row max.
+// First the scores in the log2 domain: x = s * scale * log2(e) * inv_scale[key], -inf for keys past
+// num_valid; row_max gains this lane's largest x of each row (not yet reduced over the quad).
+template <int kAccumulators>
+__device__ __forceinline__ void scale_scores(float (&s)[kAccumulators], const float* inv_scale, int num_valid,
+                                             float logit_scale, int frag_quad, float (&row_max)[2]) {
+#pragma unroll
+  for (int i = 0; i < kAccumulators / 4; ++i)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = 8 * i + 2 * frag_quad + e;
+      const bool valid = key < num_valid;
+      const float factor = valid ? logit_scale * inv_scale[key] : 0.0f;
+      s[4 * i + e] = valid ? s[4 * i + e] * factor : -INFINITY;
+      s[4 * i + 2 + e] = valid ? s[4 * i + 2 + e] * factor : -INFINITY;
+      row_max[0] = fmaxf(row_max[0], s[4 * i + e]);
+      row_max[1] = fmaxf(row_max[1], s[4 * i + 2 + e]);
+    }
+}
+
+// Then the probabilities p = 2^(x - base) of each row: row_sum gains them unscaled, and P = p *
+// inv_scale[key] (the scale of V's rows, folded into P) goes to the bf16 A fragments of O = P V.
+template <int kAccumulators>
+__device__ __forceinline__ void scores_to_p(const float (&s)[kAccumulators], const float* inv_scale, int num_valid,
+                                            int frag_quad, const float (&base)[2], float (&row_sum)[2],
+                                            uint32_t (&p_frag)[kAccumulators / 8][4]) {
+#pragma unroll
+  for (int i = 0; i < kAccumulators / 4; ++i) {
+    float prob[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      prob[r] = exp2f(s[4 * i + r] - base[r / 2]);
+      row_sum[r / 2] += prob[r];
+    }
+    const int key = 8 * i + 2 * frag_quad;
+    const float v0 = key < num_valid ? inv_scale[key] : 0.0f;
+    const float v1 = key + 1 < num_valid ? inv_scale[key + 1] : 0.0f;
+    p_frag[i / 2][(i & 1) * 2 + 0] = pack_bf16x2(prob[0] * v0, prob[1] * v1);
+    p_frag[i / 2][(i & 1) * 2 + 1] = pack_bf16x2(prob[2] * v0, prob[3] * v1);
+  }
+}
+
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
                                              SmemSync& sync, const ConsumerRole& role) {
   const int wtid = threadIdx.x % kWarpgroupThreads;
@@ -88,12 +131,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       cute::warpgroup_arrive();
       const uint32_t q_base = ptx::smem_addr(smem.q[role.wg][seq % kQStages]);
       const uint32_t k_base = ptx::smem_addr(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf]);
-#pragma unroll
-      for (int k = 0; k < kBlockDims / 16; ++k) {
-        const uint64_t desc_q = ptx::make_smem_desc_sw128(q_base + k * 32, 16, 1024);
-        const uint64_t desc_k = ptx::make_smem_desc_sw128(k_base + k * 32, 16, 1024);
-        gmma_qk_impl(s, desc_q, desc_k, (c | k) != 0, std::make_index_sequence<64>{});
-      }
+      gmma_qk_chunk(s, q_base, k_base, c != 0);
       cute::warpgroup_commit_batch();
       if (c >= 1) {
         cute::warpgroup_wait<1>();
@@ -110,18 +148,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     // ---- softmax over the whole window in one pass (log2 domain) ----
     const float* inv_scale = smem.inv_scale[meta];
     float row_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < kKeys / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = 8 * i + 2 * frag_quad + e;
-        const bool valid = key < num_valid;
-        const float factor = valid ? logit_scale * inv_scale[key] : 0.0f;
-        s[4 * i + e] = valid ? s[4 * i + e] * factor : -INFINITY;
-        s[4 * i + 2 + e] = valid ? s[4 * i + 2 + e] * factor : -INFINITY;
-        row_max[0] = fmaxf(row_max[0], s[4 * i + e]);
-        row_max[1] = fmaxf(row_max[1], s[4 * i + 2 + e]);
-      }
+    scale_scores(s, inv_scale, num_valid, logit_scale, frag_quad, row_max);
     float row_sum[2] = {0.0f, 0.0f};
     float base[2];
 #pragma unroll
@@ -130,20 +157,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       base[h] = row_max[h] == -INFINITY ? 0.0f : row_max[h];  // empty token: every p is 0, not NaN
     }
     uint32_t p_frag[kKeys / 16][4];
-#pragma unroll
-    for (int i = 0; i < kKeys / 8; ++i) {
-      float prob[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        prob[r] = exp2f(s[4 * i + r] - base[r / 2]);
-        row_sum[r / 2] += prob[r];
-      }
-      const int key = 8 * i + 2 * frag_quad;
-      const float v0 = key < num_valid ? inv_scale[key] : 0.0f;
-      const float v1 = key + 1 < num_valid ? inv_scale[key + 1] : 0.0f;
-      p_frag[i / 2][(i & 1) * 2 + 0] = pack_bf16x2(prob[0] * v0, prob[1] * v1);
-      p_frag[i / 2][(i & 1) * 2 + 1] = pack_bf16x2(prob[2] * v0, prob[3] * v1);
-    }
+    scores_to_p(s, inv_scale, num_valid, frag_quad, base, row_sum, p_frag);
     ptx::mbarrier_arrive(&sync.meta_empty[meta]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -167,12 +181,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
         for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
       cute::warpgroup_arrive();
       const uint32_t v_base = ptx::smem_addr(smem.kv[half][0][0]);
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) {
-        // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO 16 KiB).
-        const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
-        gmma_pv_impl(o, p_frag[ks], desc_v, ks != 0, std::make_index_sequence<128>{});
-      }
+      gmma_pv_keys(o, p_frag, v_base, false);
       cute::warpgroup_commit_batch();
       cute::warpgroup_wait<0>();
       fence_accumulators(o);

@@ -1,5 +1,6 @@
-// wgmma through CuTe's atoms for the two matmuls of the Hopper kernel: S = Q K^T (m64n128k16,
-// both operands in shared memory) and O = P V (m64n256k16, P from registers, V MN-major).
+// wgmma through CuTe's atoms for the two matmuls of the Hopper kernels: S = Q K^T (m64n128k16 in
+// the window kernel, m64n64k16 on the layer kernel's half tiles; both operands in shared memory)
+// and O = P V (m64n256k16, P from registers, V MN-major).
 #pragma once
 
 #include <cstdint>
@@ -7,22 +8,63 @@
 
 #include <cute/arch/mma_sm90_gmma.hpp>
 
+#include "src/common/ptx/sm90.cuh"
+#include "src/kernels/sm90/sm90_plan.h"
+
 namespace swa_decode::sm90 {
 
-// The atoms take their 64 / 128 accumulator registers one reference each.
-using GmmaQK = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+// The atoms take their accumulator registers one reference each: N / 2 for S over N keys, 128 for O.
+template <int kAccumulators>
+struct GmmaQKAtom;
+template <>
+struct GmmaQKAtom<64> {  // 128 keys
+  using type = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+};
+template <>
+struct GmmaQKAtom<32> {  // 64 keys
+  using type = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+};
 using GmmaPV = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
 
-template <size_t... I>
-__device__ __forceinline__ void gmma_qk_impl(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate,
-                                             std::index_sequence<I...>) {
-  GmmaQK::fma(desc_a, desc_b, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+template <int kAccumulators, size_t... I>
+__device__ __forceinline__ void gmma_qk_impl(float (&d)[kAccumulators], uint64_t desc_a, uint64_t desc_b,
+                                             bool accumulate, std::index_sequence<I...>) {
+  GmmaQKAtom<kAccumulators>::type::fma(desc_a, desc_b, d[I]...,
+                                       accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
 template <size_t... I>
 __device__ __forceinline__ void gmma_pv_impl(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate,
                                              std::index_sequence<I...>) {
   GmmaPV::fma(a[0], a[1], a[2], a[3], desc_b, d[I]...,
               accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// S (+)= one 64-dim chunk of Q x the same 64 dims of 2 * kAccumulators keys: four k-steps, both
+// operands K-major in 128-byte-swizzled shared memory (rows of 128 B, 8-row groups 1 KiB apart).
+// accumulate == false starts S afresh.
+template <int kAccumulators>
+__device__ __forceinline__ void gmma_qk_chunk(float (&s)[kAccumulators], uint32_t q_base, uint32_t k_base,
+                                              bool accumulate) {
+#pragma unroll
+  for (int k = 0; k < kBlockDims / 16; ++k) {
+    const uint64_t desc_q = ptx::make_smem_desc_sw128(q_base + k * 32, 16, 1024);
+    const uint64_t desc_k = ptx::make_smem_desc_sw128(k_base + k * 32, 16, 1024);
+    gmma_qk_impl(s, desc_q, desc_k, accumulate || k != 0, std::make_index_sequence<kAccumulators>{});
+  }
+}
+
+// O (+)= P V for one 256-dim half over 16 * kKSteps keys: kKSteps k-steps of 16 keys, P from
+// registers, V MN-major from the K/V tile's half, its first key at v_base. accumulate == false
+// starts O afresh.
+template <int kKSteps>
+__device__ __forceinline__ void gmma_pv_keys(float (&o)[128], const uint32_t (&p_frag)[kKSteps][4], uint32_t v_base,
+                                             bool accumulate) {
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO 16 KiB).
+    const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
+    gmma_pv_impl(o, p_frag[ks], desc_v, accumulate || ks != 0, std::make_index_sequence<128>{});
+  }
 }
 
 template <int N>

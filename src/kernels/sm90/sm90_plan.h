@@ -58,9 +58,6 @@ struct SmemSync {
   uint64_t meta_full[2];
   uint64_t meta_empty[2];
 };
-static_assert(sizeof(SmemPlan) % kSwizzleAtomBytes == 0 && alignof(SmemPlan) == kSwizzleAtomBytes,
-              "smem_layout places SmemSync right after SmemPlan");
-static_assert(alignof(SmemSync) <= kDynamicSmemAlign, "smem_layout places SmemSync at 16-byte offsets");
 // kv 131072 + q 65536 + staging 32768 + row_offset 1024 + inv_scale 1024 = 231424 B = 226 KiB;
 // 3 counts (12 B, padded to 16) + 16 mbarriers x 8 B = 144 B.
 static_assert(sizeof(SmemPlan) == 226 * 1024 && sizeof(SmemSync) == 144, "the sizes the comments here use");
@@ -73,46 +70,56 @@ struct SmemLayout {
 };
 
 // The layout for a base whose shared-state-space address is base_residue modulo 1024 (a multiple
-// of 16): SmemPlan at the next 1024-aligned address, SmemSync in the gap before it when the gap
-// (0 to 1008 B) holds its 144 B, else right after it.
-constexpr SmemLayout smem_layout(uint32_t base_residue) {
+// of 16): Plan at the next 1024-aligned address, Sync in the gap before it when the gap (0 to
+// 1008 B) holds it, else right after it. Both kernels use it: SmemPlan / SmemSync here, the layer
+// kernel's LayerSmemPlan / LayerSmemSync in sm90_layer_plan.h.
+template <typename Plan, typename Sync>
+constexpr SmemLayout smem_layout_of(uint32_t base_residue) {
+  static_assert(sizeof(Plan) % kSwizzleAtomBytes == 0 && alignof(Plan) == kSwizzleAtomBytes,
+                "Sync goes right after Plan");
+  static_assert(alignof(Sync) <= kDynamicSmemAlign, "Sync goes at 16-byte offsets");
   const uint32_t plan_offset = (kSwizzleAtomBytes - base_residue % kSwizzleAtomBytes) % kSwizzleAtomBytes;
-  const uint32_t plan_end = plan_offset + static_cast<uint32_t>(sizeof(SmemPlan));
-  if (plan_offset >= sizeof(SmemSync)) return SmemLayout{plan_offset, 0, plan_end};
-  return SmemLayout{plan_offset, plan_end, plan_end + static_cast<uint32_t>(sizeof(SmemSync))};
+  const uint32_t plan_end = plan_offset + static_cast<uint32_t>(sizeof(Plan));
+  if (plan_offset >= sizeof(Sync)) return SmemLayout{plan_offset, 0, plan_end};
+  return SmemLayout{plan_offset, plan_end, plan_end + static_cast<uint32_t>(sizeof(Sync))};
 }
+constexpr SmemLayout smem_layout(uint32_t base_residue) { return smem_layout_of<SmemPlan, SmemSync>(base_residue); }
 
-// Bytes the launch asks for: the largest end over every base residue. The worst is a base 16
-// bytes past a 1024 boundary: 1008 bytes of gap (SmemSync inside it) + 226 KiB = 232432 B, 16
-// below sm_90's 227 KiB per block. The kernel then runs wherever the base lies, instead of trapping.
+// Bytes the launch asks for: the largest end over every base residue. For SmemPlan the worst is a
+// base 16 bytes past a 1024 boundary: 1008 bytes of gap (SmemSync inside it) + 226 KiB = 232432 B,
+// 16 below sm_90's 227 KiB per block. The kernel then runs wherever the base lies, instead of trapping.
+template <typename Plan, typename Sync>
 constexpr uint32_t largest_layout_end() {
   uint32_t end = 0;
   for (uint32_t residue = 0; residue < kSwizzleAtomBytes; residue += kDynamicSmemAlign) {
-    end = smem_layout(residue).end > end ? smem_layout(residue).end : end;
+    const uint32_t this_end = smem_layout_of<Plan, Sync>(residue).end;
+    end = this_end > end ? this_end : end;
   }
   return end;
 }
-inline constexpr int kSmemBytes = static_cast<int>(largest_layout_end());
+inline constexpr int kSmemBytes = static_cast<int>(largest_layout_end<SmemPlan, SmemSync>());
 static_assert(kSmemBytes == 1008 + 226 * 1024, "the worst case named above");
 static_assert(kSmemBytes <= 227 * 1024, "sm_90 allows 227 KiB of shared memory per block (sm90_record.cpp checks the device)");
 
-// For every residue: SmemPlan 1024-aligned, SmemSync aligned, the two disjoint, both inside
-// kSmemBytes (tests/cpu/test_sm90_smem_layout.cpp checks every member the same way).
+// For every residue: Plan 1024-aligned, Sync aligned, the two disjoint, both inside the bytes the
+// launch asks for (tests/cpu/test_sm90_smem_layout.cpp checks every member the same way).
+template <typename Plan, typename Sync>
 constexpr bool layout_fits(uint32_t residue) {
-  const SmemLayout layout = smem_layout(residue);
-  const uint32_t plan_end = layout.plan_offset + static_cast<uint32_t>(sizeof(SmemPlan));
-  const uint32_t sync_end = layout.sync_offset + static_cast<uint32_t>(sizeof(SmemSync));
+  const SmemLayout layout = smem_layout_of<Plan, Sync>(residue);
+  const uint32_t plan_end = layout.plan_offset + static_cast<uint32_t>(sizeof(Plan));
+  const uint32_t sync_end = layout.sync_offset + static_cast<uint32_t>(sizeof(Sync));
   return (residue + layout.plan_offset) % kSwizzleAtomBytes == 0 &&
-         (residue + layout.sync_offset) % alignof(SmemSync) == 0 &&
+         (residue + layout.sync_offset) % alignof(Sync) == 0 &&
          (sync_end <= layout.plan_offset || plan_end <= layout.sync_offset) && plan_end <= layout.end &&
-         sync_end <= layout.end && layout.end <= static_cast<uint32_t>(kSmemBytes);
+         sync_end <= layout.end && layout.end <= largest_layout_end<Plan, Sync>();
 }
+template <typename Plan, typename Sync>
 constexpr bool every_layout_fits() {
   for (uint32_t residue = 0; residue < kSwizzleAtomBytes; residue += kDynamicSmemAlign) {
-    if (!layout_fits(residue)) return false;
+    if (!layout_fits<Plan, Sync>(residue)) return false;
   }
   return true;
 }
-static_assert(every_layout_fits(), "smem_layout must fit every 16-aligned base");
+static_assert(every_layout_fits<SmemPlan, SmemSync>(), "smem_layout must fit every 16-aligned base");
 
 }  // namespace swa_decode::sm90

@@ -19,27 +19,37 @@ inline constexpr int kGatherThreads = 96;
 inline constexpr int kCompactThreads = 32;
 inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
 
-__device__ __forceinline__ const uint8_t* row_address(const DecodeParams& p, uint32_t row_offset_16) {
-  return p.window.kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
+__device__ __forceinline__ const uint8_t* row_address(const uint8_t* kv_cache, uint32_t row_offset_16) {
+  return kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
 }
 
-__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, const SmemSync& sync,
-                                                  int meta, int half, int tid) {
-  const int num_valid = sync.num_valid[meta];
+// cp.async of one 256-dim half of the first num_valid rows that row_offset lists (16-byte units
+// from kv_cache) into the staging buffer; the keys past num_valid are zero-filled, so that they
+// enter S and O as zeros. Plan: SmemPlan or LayerSmemPlan (the same staging).
+template <typename Plan>
+__device__ __forceinline__ void issue_rows_half_gather(const uint8_t* kv_cache, const uint32_t* row_offset,
+                                                       int num_valid, Plan& smem, int half, int tid) {
 #pragma unroll 4
   for (int piece = tid; piece < kKeys * kChunksPerHalfRow; piece += kGatherThreads) {
     const int key = piece / kChunksPerHalfRow;
     const int chunk = piece % kChunksPerHalfRow;
     const bool valid = key < num_valid;
-    const uint8_t* src = valid ? row_address(p, smem.row_offset[meta][key]) + half * kHalfDims + chunk * 16 : p.window.kv_cache;
+    const uint8_t* src = valid ? row_address(kv_cache, row_offset[key]) + half * kHalfDims + chunk * 16 : kv_cache;
     ptx::cp_async_16(ptx::smem_addr(&smem.staging[key][(chunk ^ (key & 15)) * 16]), src, valid ? 16u : 0u);
   }
   ptx::cp_async_commit();
 }
 
+__device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPlan& smem, const SmemSync& sync,
+                                                  int meta, int half, int tid) {
+  issue_rows_half_gather(p.window.kv_cache, smem.row_offset[meta], sync.num_valid[meta], smem, half, tid);
+}
+
 // Units of (key, 32-dim group), keys fastest: the 8 threads of a quarter-warp take 8 consecutive
 // keys of one group, so both the staging reads and the swizzled tile writes hit 8 different banks.
-__device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int tid) {
+// Plan: SmemPlan or LayerSmemPlan (the same staging and K/V tile).
+template <typename Plan>
+__device__ __forceinline__ void dequantize_half(Plan& smem, int half, int tid) {
   constexpr int kGroups = kHalfDims / 32;
 #pragma unroll 2
   for (int unit = tid; unit < kKeys * kGroups; unit += kGatherThreads) {
@@ -60,6 +70,16 @@ __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int ti
   }
 }
 
+// Pulls the first n rows that row_offset lists into L2, one 128-byte line per prefetch, spread
+// over the compaction warp's lanes.
+__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* kv_cache, const uint32_t* row_offset, int n, int lane) {
+  for (int key = lane; key < n; key += kCompactThreads) {
+    const uint8_t* row = row_address(kv_cache, row_offset[key]);
+#pragma unroll
+    for (int line = 0; line < kHeadDim; line += 128) ptx::prefetch_l2(row + line);
+  }
+}
+
 __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemPlan& smem, SmemSync& sync) {
   const int lane = threadIdx.x % 32;
   int it = 0;
@@ -77,11 +97,7 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
     // takes a warp-uniform address, which the compiler turned into a lane-by-lane loop that cost
     // this warp 58% of its time (ncu, v4). row_offset[meta] is only rewritten by this warp, two
     // tokens from now.
-    for (int key = lane; key < n; key += kCompactThreads) {
-      const uint8_t* row = row_address(p, smem.row_offset[meta][key]);
-#pragma unroll
-      for (int line = 0; line < kHeadDim; line += 128) ptx::prefetch_l2(row + line);
-    }
+    prefetch_rows_l2(p.window.kv_cache, smem.row_offset[meta], n, lane);
   }
 }
 

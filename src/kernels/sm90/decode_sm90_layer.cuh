@@ -1,0 +1,81 @@
+// Hopper layer kernel: the window and an extra KV source (DeepSeek-V4's compressed entries) in one
+// softmax per (token, head) (docs/semantics.md, "The extra source"). sm_90a; window_size <= 128,
+// head_dim 512, up to kMaxExtraEntries extra index columns.
+//
+// Persistent CTAs (one per SM) walk work items blockIdx.x, blockIdx.x + gridDim.x, ...; an item
+// is (token, slab of 64 heads): one per token for H <= 64, two with consecutive ids for H in
+// 65..128 (sm90_layer_plan.h). The window kernel's three warpgroups, with tiles for tokens:
+//  * producer (WG 0): warp 3 compacts the item's valid entries a tile ahead, window first, then
+//    the extra source 128 index columns at a time, each chunk a tile of at most 128 entries
+//    (TileRecord), and loads the item's q by TMA (64 KiB, resident for all its tiles); warps 0-2
+//    gather each tile's rows and dequantize them into the bf16 K/V tile, a 256-dim half at a time;
+//  * two consumers (WG 1, 2) hold the same 64 heads: each computes the tile's S = Q K^T (the
+//    duplicate costs the tensor pipe, not the producer) and owns one 256-dim half of O, whose
+//    accumulators live across the tiles of an online softmax (log2 domain); after the item's last
+//    tile, the sink, lse (consumer 0) and out.
+//
+// Barriers and phases (counts in sm90_layer_plan.h, LayerSmemSync; phases are PipeStates):
+//  * meta_full / meta_empty [2]: the records and compacted entries, one buffer per record,
+//    alternating; every role walks every record, so all three count them alike (PipeState<2>).
+//  * kv_full / kv_empty [half]: the K/V tile, one use per record with entries (PipeState<1>,
+//    advanced by the gather warps and the consumers only for those). Consumer w arrives on half
+//    1 - w after S and on half w after its PV.
+//  * q_full / q_empty [chunk]: one use per item that has index columns (PipeState<1>, advanced by
+//    the compaction warp when it loads q and by the consumers after the item); the consumers hand
+//    chunk c back during the last tile's S, or after waiting for it when no tile had an entry.
+// An item without index columns in either source is one record with num_valid 0 and no q: out 0,
+// lse -inf, and no role waits for anything another does not give.
+#pragma once
+
+#include <cuda.h>
+
+#include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
+#include "src/kernels/sm90/sm90_layer_consumer.cuh"
+#include "src/kernels/sm90/sm90_layer_plan.h"
+#include "src/kernels/sm90/sm90_layer_producer.cuh"
+#include "src/kernels/sm90/sm90_plan.h"
+#include "src/kernels/sm90/sm90_smem.cuh"
+
+namespace swa_decode::sm90 {
+
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_sm90_layer_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const PlacedSmem<LayerSmemPlan, LayerSmemSync> placed = place_smem<LayerSmemPlan, LayerSmemSync>();
+  LayerSmemPlan& smem = placed.plan;
+  LayerSmemSync& sync = placed.sync;
+  if (threadIdx.x == 0) {
+    ptx::prefetch_tensor_map(&q_map);
+    for (int c = 0; c < kQChunks; ++c) {
+      ptx::mbarrier_init(&sync.q_full[c], 1);
+      ptx::mbarrier_init(&sync.q_empty[c], kConsumerThreads);
+    }
+    for (int h = 0; h < kHalves; ++h) {
+      ptx::mbarrier_init(&sync.kv_full[h], kGatherThreads);
+      ptx::mbarrier_init(&sync.kv_empty[h], kConsumerThreads);
+    }
+    for (int m = 0; m < 2; ++m) {
+      ptx::mbarrier_init(&sync.meta_full[m], kCompactThreads);
+      ptx::mbarrier_init(&sync.meta_empty[m], kConsumerThreads + kGatherThreads);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / kWarpgroupThreads;
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<kLayerProducerRegisters>();
+    if (threadIdx.x < kGatherThreads) {
+      run_layer_gather_warps(p, smem, sync);
+    } else {
+      run_layer_compaction_warp(p, q_map, smem, sync);
+    }
+  } else {
+    ptx::setmaxnreg_inc<kLayerConsumerRegisters>();
+    run_layer_consumer(p, smem, sync, wg - 1);
+  }
+#endif
+}
+
+}  // namespace swa_decode::sm90

@@ -1,0 +1,197 @@
+// Consumer warpgroups of the Hopper layer kernel: per tile S = Q K^T against the item's resident q,
+// an online softmax across the item's tiles, O += P V on this warpgroup's 256-dim half; after the
+// item's last tile the sink, lse and 16-byte output stores.
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/fp8_convert.cuh"
+#include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
+#include "src/common/softmax_finalize.cuh"
+#include "src/kernels/sm90/sm90_consumer.cuh"
+#include "src/kernels/sm90/sm90_gmma.cuh"
+#include "src/kernels/sm90/sm90_layer_plan.h"
+#include "src/kernels/sm90/sm90_layer_producer.cuh"
+#include "src/kernels/sm90/sm90_plan.h"
+
+namespace swa_decode::sm90 {
+
+// S -> P of one half tile (64 keys) for the fragment's two rows (head_lo, head_hi) in the log2
+// domain (scale_scores, scores_to_p), folded into the item's running max and sum: the new max is
+// max(row_max, this half tile's max) (quad-reduced, so the four lanes of a row agree), and row_sum
+// (this lane's share of sum 2^(x - row_max), unscaled by inv_scale) is rescaled to it before it
+// gains the half tile's probabilities. Returns, per row, the factor O must be multiplied by:
+// 2^(old max - new max), 0 on the item's first tile (old max -inf), 1 where the max did not move.
+__device__ __forceinline__ void subtile_softmax(float (&s)[kSubtileKeys / 2], const float* inv_scale, int num_valid,
+                                                float logit_scale, int frag_quad, float (&row_max)[2],
+                                                float (&row_sum)[2], uint32_t (&p_frag)[kSubtileKeys / 16][4],
+                                                float (&rescale)[2]) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+  scale_scores(s, inv_scale, num_valid, logit_scale, frag_quad, tile_max);
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float new_max = fmaxf(row_max[h], quad_max(tile_max[h]));
+    // Every score -inf (no entry can give that, only inf inputs): base 0 keeps -inf - -inf from
+    // turning p or the rescale into NaN.
+    base[h] = new_max == -INFINITY ? 0.0f : new_max;
+    rescale[h] = exp2f(row_max[h] - base[h]);
+    row_sum[h] *= rescale[h];
+    row_max[h] = new_max;
+  }
+  scores_to_p(s, inv_scale, num_valid, frag_quad, base, row_sum, p_frag);
+}
+
+// Both consumer warpgroups hold the item's 64 heads: each computes the tile's S (duplicated) and
+// owns one 256-dim half of O (wg 0: dims 0-255), whose 128 fp32 accumulators live across the
+// item's tiles. Consumer 0 writes lse.
+__device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                   int wg) {
+  const int wtid = threadIdx.x % kWarpgroupThreads;
+  const int warp = wtid / 32;
+  const int lane = wtid % 32;
+  const int frag_row = lane / 4;
+  const int frag_quad = lane % 4;
+  const int half = wg;
+  const int slabs = layer_slabs(p.num_heads);
+  const int num_items = layer_items(p);
+  const float logit_scale = p.scale * kLog2e;
+  PipeState<2> meta;
+  PipeState<1> kv;
+  PipeState<1> q;
+  float o[128];
+  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
+    const int token = item / slabs;
+    const int head_lo = (item - token * slabs) * kSlabHeads + warp * 16 + frag_row;
+    const int head_hi = head_lo + 8;
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.0f, 0.0f};
+    bool o_started = false;   // o holds this item's sum: a tile with entries has been multiplied
+    bool q_released = false;  // the last tile's S has handed q back for the next item
+    bool has_q = false;
+    bool last = false;
+    while (!last) {
+      ptx::mbarrier_wait(&sync.meta_full[meta.index], meta.phase);
+      const TileRecord record = sync.record[meta.index];
+      last = record.last != 0;
+      has_q = record.has_q != 0;
+      if (record.num_valid == 0) {  // nothing gathered for it: no K/V tile, no S
+        ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);
+        meta.advance();
+        continue;
+      }
+
+      // ---- the tile in halves of 64 keys (the second only if it holds entries): S = Q K^T over 8
+      // chunks of 64 dims, the online softmax, O = O * rescale + P V over this warpgroup's half.
+      // On the item's last tile each chunk of q is handed back as soon as the last wgmma reading it
+      // completed, so the next item's q streams in under this S.
+      const float* inv_scale = smem.inv_scale[meta.index];
+      const int subtiles = record.num_valid > kSubtileKeys ? 2 : 1;
+      for (int sub = 0; sub < subtiles; ++sub) {
+        const bool final_s = sub == subtiles - 1;  // the tile's last read of q and of the other half
+        const bool hands_back_q = last && final_s;
+        // Zeroed although the first wgmma overwrites it: without a definition here the compiler
+        // keeps the previous S live (as the wgmma's input) through the PV below.
+        float s[kSubtileKeys / 2];
+#pragma unroll
+        for (int i = 0; i < kSubtileKeys / 2; ++i) s[i] = 0.0f;
+        fence_accumulators(s);
+#pragma unroll
+        for (int c = 0; c < kQChunks; ++c) {
+          // Both waits return at once for the second half tile: the phases do not move before
+          // this tile's arrivals below.
+          if (c % kBlocksPerHalf == 0) ptx::mbarrier_wait(&sync.kv_full[c / kBlocksPerHalf], kv.phase);
+          ptx::mbarrier_wait(&sync.q_full[c], q.phase);
+          cute::warpgroup_arrive();
+          gmma_qk_chunk(s, ptx::smem_addr(smem.q[c]),
+                        ptx::smem_addr(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf][sub * kSubtileKeys]), c != 0);
+          cute::warpgroup_commit_batch();
+          if (c >= 1) {
+            cute::warpgroup_wait<1>();
+            if (hands_back_q) ptx::mbarrier_arrive(&sync.q_empty[c - 1]);
+          }
+        }
+        cute::warpgroup_wait<0>();
+        fence_accumulators(s);
+        if (hands_back_q) {
+          ptx::mbarrier_arrive(&sync.q_empty[kQChunks - 1]);
+          q_released = true;
+        }
+        if (final_s) ptx::mbarrier_arrive(&sync.kv_empty[half ^ 1]);  // the other half is only read by S
+
+        uint32_t p_frag[kSubtileKeys / 16][4];
+        float rescale[2];
+        subtile_softmax(s, inv_scale + sub * kSubtileKeys, record.num_valid - sub * kSubtileKeys, logit_scale,
+                        frag_quad, row_max, row_sum, p_frag, rescale);
+        if (final_s) ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // its scales are read
+
+        // A warp whose rows all kept their max skips the 128 multiplies.
+        if (o_started && __any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+#pragma unroll
+          for (int i = 0; i < 128; ++i) o[i] *= rescale[(i / 2) % 2];  // o[4 n + 2 r + e]: row r
+        }
+        fence_accumulators(o);
+#pragma unroll
+        for (int ks = 0; ks < kSubtileKeys / 16; ++ks)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
+        cute::warpgroup_arrive();
+        gmma_pv_keys(o, p_frag, ptx::smem_addr(smem.kv[half][0][sub * kSubtileKeys]), o_started);
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<0>();
+        fence_accumulators(o);
+        if (final_s) ptx::mbarrier_arrive(&sync.kv_empty[half]);
+        o_started = true;
+      }
+      meta.advance();
+      kv.advance();
+    }
+    if (has_q) {
+      if (!q_released) {  // no tile of the item had an entry: its q landed and is handed back unread
+        for (int c = 0; c < kQChunks; ++c) {
+          ptx::mbarrier_wait(&sync.q_full[c], q.phase);
+          ptx::mbarrier_arrive(&sync.q_empty[c]);
+        }
+      }
+      q.advance();
+    }
+
+    // ---- the sink, lse and out (an item without entries: sum 0, so out 0 and lse -inf) ----
+    // The sinks are read here, not held in registers across the tiles: after the first item they
+    // come from L1.
+    const float sink_lo = p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY;
+    const float sink_hi = p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY;
+    FinalizedRow fin[2];
+    fin[0] = finalize_row(row_max[0], quad_sum(row_sum[0]), sink_lo);
+    fin[1] = finalize_row(row_max[1], quad_sum(row_sum[1]), sink_hi);
+    if (wg == 0 && p.lse != nullptr && frag_quad == 0) {
+      if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
+      if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;
+    }
+    if (!o_started) {  // o still holds whatever it held: out must be exactly 0, never 0 * NaN
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int head = r == 0 ? head_lo : head_hi;
+      __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + half * kHalfDims;
+#pragma unroll
+      for (int group = 0; group < kHalfDims / 32; ++group) {
+        uint32_t pairs[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float* pair = &o[4 * (4 * group + j) + 2 * r];
+          pairs[j] = pack_bf16x2(pair[0] * fin[r].out_factor, pair[1] * fin[r].out_factor);
+        }
+        transpose_quad(pairs, frag_quad);  // lane q: dims 32 group + 8q .. + 7 of this row
+        if (head < p.num_heads) {
+          ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace swa_decode::sm90

@@ -1,0 +1,104 @@
+// Shared-memory plan, work items and barrier counts of the Hopper layer kernel
+// (decode_sm90_layer.cuh): the window and an extra KV source in one softmax. The tile geometry,
+// thread roles and swizzles are the window kernel's (sm90_plan.h); what differs is that q stays
+// resident for a work item while tiles of 128 entries stream through, and the compacted entries
+// are double buffered per tile instead of per token.
+#pragma once
+
+#include <cstdint>
+
+#include "src/kernels/sm90/sm90_plan.h"
+
+namespace swa_decode::sm90 {
+
+// A work item is (token, slab of kSlabHeads heads): H <= 64 makes one per token, H in 65..128 two,
+// with consecutive ids, so that a token's two slabs run on neighbouring CTAs at the same time and
+// read its rows once from HBM and once more from L2.
+constexpr int layer_slabs(int num_heads) { return num_heads > kSlabHeads ? 2 : 1; }
+
+// The layer kernel's tiles and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
+// consumers' 4-stage q rings (2 x 4 x 8 KiB) turned into the item's whole q (8 x 8 KiB).
+struct LayerSmemPlan {
+  // bf16 K/V rows of one tile: [half][64-dim block][key][128 B], as SmemPlan::kv.
+  alignas(1024) uint8_t kv[kHalves][kBlocksPerHalf][kKeys][kRowBytes];
+  // The item's q: 64 heads x 512 dims in kQChunks TMA boxes of 64 dims x 64 heads, 128-byte swizzle.
+  // Both consumers read every chunk for every tile's S.
+  alignas(1024) uint8_t q[kQChunks][kSlabHeads][kRowBytes];
+  alignas(128) uint8_t staging[kKeys][kHalfDims];  // e4m3, as SmemPlan::staging
+  // The compacted entries of a tile (16-byte units from its source's kv_cache, inverse scales),
+  // double buffered by tile: the compaction writes tile r + 1 while tile r is multiplied.
+  uint32_t row_offset[2][kKeys];
+  float inv_scale[2][kKeys];
+};
+
+// What the compaction warp says of each tile it publishes (a "record"). A record never mixes
+// sources: the window gives at most one (window_size <= kKeys), the extra source one per 128 index
+// columns. An item with no index column in either source gets a single record with num_valid 0.
+struct TileRecord {
+  int32_t num_valid;   // entries in row_offset / inv_scale of its buffer; 0: nothing to gather or multiply
+  int32_t from_extra;  // its row offsets count from p.extra.kv_cache, else from p.window.kv_cache
+  int32_t last;        // the item's last record: the consumers finalize and store after it
+  int32_t has_q;       // the item has index columns, so the compaction warp loaded its q
+};
+
+// The records and the mbarriers (240 B), outside LayerSmemPlan so that smem_layout_of can put them
+// in the alignment gap before it. Arrival counts (decode_sm90_layer.cuh initializes them):
+//   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
+//   q_empty[c]    kConsumerThreads: each after the item's last wgmma that read chunk c
+//   kv_full[h]    kGatherThreads: each after dequantizing its share of half h
+//   kv_empty[h]   kConsumerThreads: each after its last wgmma that read half h
+//   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written
+//   meta_empty[b] kConsumerThreads + kGatherThreads: the consumers read the scales, the gather warps
+//                 the row offsets (and everyone the record)
+struct LayerSmemSync {
+  TileRecord record[2];
+  int warp_counts[1];  // the compaction runs on one warp
+  uint64_t q_full[kQChunks];
+  uint64_t q_empty[kQChunks];
+  uint64_t kv_full[kHalves];
+  uint64_t kv_empty[kHalves];
+  uint64_t meta_full[2];
+  uint64_t meta_empty[2];
+};
+// kv 131072 + q 65536 + staging 32768 + row_offset 1024 + inv_scale 1024 = 231424 B = 226 KiB;
+// 2 records (32 B) + 1 count (4 B, padded to 8) + 24 mbarriers x 8 B = 232 B.
+static_assert(sizeof(LayerSmemPlan) == 226 * 1024 && sizeof(LayerSmemSync) == 232, "the sizes the comments here use");
+
+// Bytes the launch asks for. The records and barriers (232 B) fit every gap that SmemSync's 144 B
+// fit but the ones from 144 to 224 B, where they go after the plan instead; the worst case is
+// still a base 16 bytes past a 1024 boundary (1008 B of gap + 226 KiB).
+inline constexpr int kLayerSmemBytes = static_cast<int>(largest_layout_end<LayerSmemPlan, LayerSmemSync>());
+static_assert(kLayerSmemBytes == kSmemBytes, "the worst case named above");
+static_assert(every_layout_fits<LayerSmemPlan, LayerSmemSync>(), "smem_layout_of must fit every 16-aligned base");
+
+// The consumers take a tile of kKeys in two halves of 64 keys: S of 64 keys is 32 fp32 registers
+// on top of O's 128, which live across the item's tiles. With S of all 128 keys (64 registers)
+// ptxas (CUDA 13.0) spilled the consumers 100-200 B even at 224-240 registers, and 224 is the most
+// they can get: the producer warpgroup needs 56 (2 x 224 + 56 = 504).
+inline constexpr int kSubtileKeys = kKeys / 2;
+
+// Registers after setmaxnreg, within the 3 x 168 the launch gives (sm90_plan.h): 2 x 216 + 72 =
+// 504. ptxas (CUDA 13.0) compiles the consumers without spills from 208 registers up and the
+// producer warpgroup from 56 up; the window kernel's 200 / 104 spills the consumers.
+inline constexpr uint32_t kLayerProducerRegisters = 72;
+inline constexpr uint32_t kLayerConsumerRegisters = 216;
+static_assert(2 * kLayerConsumerRegisters + kLayerProducerRegisters <= 3 * kLaunchRegisters,
+              "setmaxnreg.inc would wait for registers the CTA does not own");
+
+// A position in a ring of kStages buffers and the parity of its current use, as CUTLASS's
+// PipelineState: the waiters for "full" wait on parity `phase`, the ones for "empty" on phase ^ 1
+// (a fresh mbarrier counts its previous phase, parity 1, as complete, so the first wait for an
+// empty buffer passes). One stage: the barrier flips with every use.
+template <int kStages>
+struct PipeState {
+  int index = 0;
+  uint32_t phase = 0;
+  constexpr void advance() {
+    if (++index == kStages) {
+      index = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+}  // namespace swa_decode::sm90
