@@ -94,25 +94,27 @@ def check_rows(path: str, doc: dict, fields) -> list:
     return rows
 
 
-def newest_bench_files() -> list:
+def newest_version(pattern: str, name) -> list:
+    """The files in bench/results matching glob `pattern` and regex `name` (group 1: the version)
+    of the highest version, or [] where none match."""
     by_version = {}
-    for path in glob.glob(os.path.join(RESULTS, "v*_h*.json")):
-        match = BENCH_NAME.match(os.path.basename(path))
+    for path in glob.glob(os.path.join(RESULTS, pattern)):
+        match = name.match(os.path.basename(path))
         if match:
             by_version.setdefault(int(match.group(1)), []).append(path)
-    if not by_version:
+    return sorted(by_version[max(by_version)]) if by_version else []
+
+
+def newest_bench_files() -> list:
+    paths = newest_version("v*_h*.json", BENCH_NAME)
+    if not paths:
         raise SystemExit(f"plot_bench.py: no vN_hH.json files in {RESULTS}")
-    return sorted(by_version[max(by_version)])
+    return paths
 
 
 def newest_layer_files() -> list:
     """The newest version's layer files (vN_c4a_hH.json, vN_c128a_LABEL_hH.json), if any."""
-    by_version = {}
-    for path in glob.glob(os.path.join(RESULTS, "v*_c*_h*.json")):
-        match = LAYER_NAME.match(os.path.basename(path))
-        if match:
-            by_version.setdefault(int(match.group(1)), []).append(path)
-    return sorted(by_version[max(by_version)]) if by_version else []
+    return newest_version("v*_c*_h*.json", LAYER_NAME)
 
 
 def family(kernel: str) -> str:
@@ -806,7 +808,9 @@ def readme_layer_block(sets: list, peers: list) -> list:
             xs = [x for t in ls.tokens if (x := pick_over_peer(ls, p, t)[1])]
             if xs and not any(ls is s for s, _ in shown):
                 elsewhere.append(f"{slower_range(xs)} for {ls.short_title} (T = {ls.tokens[0]}-{ls.tokens[-1]})")
-        text += (f", but the library is slower than {p.name} today: {slower_range(here)} in the rows below"
+        every_t = [x for ls, _ in shown for t in ls.tokens if (x := pick_over_peer(ls, p, t)[1])]
+        text += (f", but the library is slower than {p.name} today: {slower_range(here)} in the rows below, "
+                 f"{slower_range(every_t)} over every T measured of those layers"
                  + "".join(f", {e}" for e in elsewhere))
     return [text + ".", "", *lines, ""]
 
