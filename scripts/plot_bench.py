@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
 """Draws and tabulates `swa-decode bench` results from bench/results/*.json.
 
-    python3 scripts/plot_bench.py                     # the newest set (highest vN_h*.json)
+    python3 scripts/plot_bench.py                     # the newest sets (highest vN_h*.json, layers)
     python3 scripts/plot_bench.py bench/results/v12_h*.json --svg /tmp/v12.svg
 
-Writes, from the same rows:
-  --svg       (docs/bench.svg)   time and ratio to the floor against T, log-log, one line per H and
-                                 kernel family, plus the peers' figures (dotted)
-  --markdown  (docs/results.md)  every row, and per H and T each family next to the floor and peers
-  --readme    (README.md)        the short table between the bench-table markers, if they are there
+Writes, from the window-only rows (the files given, else the newest vN_hH.json set):
+  --svg        (docs/bench.svg)   time and ratio to the floor against T, log-log, one line per H and
+                                  kernel family, plus the peers' figures (dotted)
+  --markdown   (docs/results.md)  every row, and per H and T each family next to the floor and peers
+  --readme     (README.md)        the short tables between the bench-table and layer-table markers,
+                                  where they are there
+and from the layer rows (--layers, default the newest vN_c4a*_hH.json / vN_c128a*_hH.json set, each
+file one layer at one H; `swa-decode bench --layer c4a|c128a`):
+  --layers-svg (docs/bench_layers.svg)  time against T per layer, each family, its floor and the peers
+  the layer section of --markdown and the README's layer table
+and, in --markdown and the README, the eager host time per call (--eager, python/bench_eager.py).
 
 Peers (--peers, default bench/results/peers_*.json) are figures measured with other libraries:
-{"peer": NAME, "device": DEVICE, "rows": [{"H", "T", "us", "source"}]}; only peers measured on the
-bench's device are drawn. Python standard library only (the SVG is written by hand), so it runs
-anywhere without an install.
+{"peer": NAME, "device": DEVICE, "rows": [{"H", "T", "us", "source"}]}, a row with "layer" other
+than "swa" also naming its "extra_entries" (per row); only peers measured on the bench's device are
+drawn. Python standard library only (the SVG is written by hand), so it runs anywhere without an
+install.
 """
 
 from __future__ import annotations
@@ -30,12 +37,26 @@ from collections import OrderedDict
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results")
 BENCH_NAME = re.compile(r"^v(\d+)_h(\d+)\.json$")  # one `swa-decode bench --json` file per version and H
+# One `swa-decode bench --layer L --json` file per version, layer, optional label (e.g. the
+# context: 64k, 1m) and H: v15_c4a_h128.json, v15_c128a_64k_h128.json.
+LAYER_NAME = re.compile(r"^v(\d+)_(c4a|c128a)(?:_([0-9a-z]+))?_h(\d+)\.json$")
+LAYER_TITLES = {"c4a": "C4A", "c128a": "C128A"}
+# A peer's layer rows match a bench file when their extra entries per row are within this factor
+# of the file's mean: the bench draws each row's count (C4A: top-k of a context / 4 that may be
+# shorter, 0.94-0.97 of the top-k in v15) where a peer states the nominal count.
+PEER_EXTRA_TOLERANCE = 1.25
 
 # The README's short table: the most heads and half of it, at one, a few and many decode rows.
 README_HEADS = (128, 64)
 README_TOKENS = (1, 32, 128, 2048)
 README_BEGIN = "<!-- bench-table:begin (python3 scripts/plot_bench.py rewrites this block) -->"
 README_END = "<!-- bench-table:end -->"
+# The README's layer table: (layer, file label, H, T) for DeepSeek-V4's two compressed layers at
+# full heads, and C4A at half of them at the largest T.
+README_LAYER_ROWS = (("c4a", "", 128, (128, 2048)), ("c128a", "64k", 128, (128, 2048)),
+                     ("c4a", "", 64, (2048,)))
+README_LAYER_BEGIN = "<!-- layer-table:begin (python3 scripts/plot_bench.py rewrites this block) -->"
+README_LAYER_END = "<!-- layer-table:end -->"
 
 # Okabe-Ito colours (distinct for colour-blind readers), one per H; dash patterns, one per family.
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -45,6 +66,8 @@ PEER_DASH = "1.5 3.5"
 BENCH_FIELDS = ("H", "T", "us", "floor_us", "ratio", "kernel")
 PEER_FIELDS = ("H", "T", "us", "source")
 DROPIN_FIELDS = ("T", "H", "seed_us", "dropin_eager_us", "dropin_graph_us", "rel_l2_vs_seed")
+LAYER_FIELDS = BENCH_FIELDS + ("layer", "context", "extra_entries", "bound", "tflops", "selected")
+EAGER_FIELDS = ("entry", "T", "H", "host_us")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -71,15 +94,27 @@ def check_rows(path: str, doc: dict, fields) -> list:
     return rows
 
 
-def newest_bench_files() -> list:
+def newest_version(pattern: str, name) -> list:
+    """The files in bench/results matching glob `pattern` and regex `name` (group 1: the version)
+    of the highest version, or [] where none match."""
     by_version = {}
-    for path in glob.glob(os.path.join(RESULTS, "v*_h*.json")):
-        match = BENCH_NAME.match(os.path.basename(path))
+    for path in glob.glob(os.path.join(RESULTS, pattern)):
+        match = name.match(os.path.basename(path))
         if match:
             by_version.setdefault(int(match.group(1)), []).append(path)
-    if not by_version:
+    return sorted(by_version[max(by_version)]) if by_version else []
+
+
+def newest_bench_files() -> list:
+    paths = newest_version("v*_h*.json", BENCH_NAME)
+    if not paths:
         raise SystemExit(f"plot_bench.py: no vN_hH.json files in {RESULTS}")
-    return sorted(by_version[max(by_version)])
+    return paths
+
+
+def newest_layer_files() -> list:
+    """The newest version's layer files (vN_c4a_hH.json, vN_c128a_LABEL_hH.json), if any."""
+    return newest_version("v*_c*_h*.json", LAYER_NAME)
 
 
 def family(kernel: str) -> str:
@@ -90,19 +125,21 @@ def family(kernel: str) -> str:
 class Bench:
     """The rows of the given bench files, with the device, commits and copy bandwidths they name."""
 
-    def __init__(self, paths):
+    def __init__(self, paths, fields=BENCH_FIELDS):
         self.paths = list(paths)
         self.rows = []
-        self.devices, self.commits, self.copy_gbps = OrderedDict(), OrderedDict(), []
+        self.devices, self.commits, self.copy_gbps, self.matmul_tflops = OrderedDict(), OrderedDict(), [], []
         for path in self.paths:
             doc = load_json(path)
-            for row in check_rows(path, doc, BENCH_FIELDS):
+            for row in check_rows(path, doc, fields):
                 self.rows.append(dict(row, file=os.path.splitext(os.path.basename(path))[0]))
             self.devices[doc.get("device", "unknown device")] = None
             commit = str(doc.get("commit", "unknown"))[:7] + ("-dirty" if doc.get("commit_dirty") else "")
             self.commits[commit] = None
             if doc.get("copy_gbps"):
                 self.copy_gbps.append(float(doc["copy_gbps"]))
+            if doc.get("matmul_tflops"):
+                self.matmul_tflops.append(float(doc["matmul_tflops"]))
         self.heads = sorted({r["H"] for r in self.rows}, reverse=True)
         self.tokens = sorted({r["T"] for r in self.rows})
         self.families = sorted({family(r["kernel"]) for r in self.rows})
@@ -130,10 +167,76 @@ class Bench:
         return None
 
     def floor_us(self, heads: int, tokens: int):
+        r = self.floor_row(heads, tokens)
+        return r["floor_us"] if r else None
+
+    def floor_row(self, heads: int, tokens: int):
         for r in self.rows:
             if r["H"] == heads and r["T"] == tokens and r["floor_us"]:
-                return r["floor_us"]
+                return r
         return None
+
+
+class LayerSet(Bench):
+    """One layer file: one layer at one H (`swa-decode bench --layer`), its rows and its peers."""
+
+    def __init__(self, path: str):
+        super().__init__([path], LAYER_FIELDS)
+        match = LAYER_NAME.match(os.path.basename(path))
+        self.layer = self.rows[0]["layer"]
+        self.label = (match.group(3) or "") if match else ""
+        self.num_heads = self.rows[0]["H"]
+        if {r["layer"] for r in self.rows} != {self.layer} or set(self.heads) != {self.num_heads}:
+            raise SystemExit(f"plot_bench.py: {path}: expected one layer at one H, got layers "
+                             f"{sorted({r['layer'] for r in self.rows})} and H {self.heads}")
+        self.mean_context = sum(r["context"] for r in self.rows) / len(self.rows)
+        self.mean_extra = sum(r["extra_entries"] for r in self.rows) / len(self.rows)
+        self.peer_extra = {}  # peer name -> the extra entries of its matching rows
+
+    @property
+    def title(self) -> str:
+        """e.g. "C128A, H = 128, mean context 1.07M: window 128 + 8123 compressed entries per row"."""
+        context = (f"{self.mean_context / 1e6:.2f}M" if self.mean_context >= 1e6
+                   else f"{self.mean_context / 1e3:.1f}k")
+        windows = sorted({r["W"] for r in self.rows if "W" in r})
+        window = "/".join(map(str, windows)) or "W"
+        return (f"{LAYER_TITLES.get(self.layer, self.layer)}, H = {self.num_heads}, mean context "
+                f"{context}: window {window} + {self.mean_extra:.0f} compressed entries per row")
+
+    @property
+    def name(self) -> str:
+        """e.g. "C4A", "C128A 64k", "C128A 1M" (a file label 1m: a 1M context)."""
+        label = self.label[:-1] + "M" if self.label.endswith("m") else self.label
+        return LAYER_TITLES.get(self.layer, self.layer) + (f" {label}" if label else "")
+
+    @property
+    def short_title(self) -> str:
+        return f"{self.name}, H = {self.num_heads}"
+
+    def match_peers(self, peers: list) -> None:
+        for p in peers:
+            extra = p.layer_extra(self.layer, self.num_heads, self.mean_extra)
+            if extra is not None:
+                self.peer_extra[p.name] = extra
+
+    def peer_us(self, peer, tokens: int):
+        extra = self.peer_extra.get(peer.name)
+        return None if extra is None else peer.layer_us(self.layer, self.num_heads, extra, tokens)
+
+    def peer_columns(self, peers: list) -> list:
+        return [(p.name, lambda h, t, p=p: self.peer_us(p, t)) for p in peers if p.name in self.peer_extra]
+
+
+def picked(rows: dict):
+    """The row decode() picks among one H and T's family rows: where the JSON records it (its
+    "selected" field), else the fastest."""
+    present = [r for r in rows.values() if r]
+    for r in present:
+        if r.get("selected"):
+            return r
+    if any("selected" in r for r in present):
+        return None
+    return min(present, key=lambda r: r["us"], default=None)
 
 
 class Peer:
@@ -143,15 +246,37 @@ class Peer:
         self.name = doc.get("peer") or os.path.splitext(os.path.basename(path))[0]
         self.device = doc.get("device", "unknown device")
         self.rows = check_rows(path, doc, PEER_FIELDS)
+        for i, r in enumerate(self.rows):
+            if r.get("layer", "swa") != "swa" and "extra_entries" not in r:
+                raise SystemExit(f"plot_bench.py: {path}: rows[{i}] (layer {r['layer']}) lacks extra_entries")
 
     def us(self, heads: int, tokens: int):
+        """The window-only figure at H and T."""
         for r in self.rows:
-            if r["H"] == heads and r["T"] == tokens:
+            if r.get("layer", "swa") == "swa" and r["H"] == heads and r["T"] == tokens:
                 return r["us"]
         return None
 
-    def sources(self) -> list:
-        return list(OrderedDict((r["source"], None) for r in self.rows))
+    def layer_extra(self, layer: str, heads: int, mean_extra: float):
+        """The extra entries of this peer's rows for `layer` at H nearest a bench file's mean, if
+        within PEER_EXTRA_TOLERANCE of it."""
+        counts = {r["extra_entries"] for r in self.rows if r.get("layer") == layer and r["H"] == heads}
+        near = [c for c in counts if mean_extra > 0 and 1 / PEER_EXTRA_TOLERANCE <= c / mean_extra
+                <= PEER_EXTRA_TOLERANCE]
+        return min(near, key=lambda c: abs(math.log(c / mean_extra)), default=None)
+
+    def layer_us(self, layer: str, heads: int, extra: float, tokens: int):
+        for r in self.rows:
+            if (r.get("layer") == layer and r["H"] == heads and r["extra_entries"] == extra
+                    and r["T"] == tokens):
+                return r["us"]
+        return None
+
+    def sources(self, layer: str = "swa", heads=None, extra=None) -> list:
+        """The sources of the rows of one layer (at H and extra entries, where given)."""
+        return list(OrderedDict((r["source"], None) for r in self.rows
+                                if r.get("layer", "swa") == layer and heads in (None, r["H"])
+                                and extra in (None, r.get("extra_entries"))))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -238,8 +363,8 @@ class Panel:
         path = " ".join(f"{self.x(t):.1f},{self.y(v):.1f}" for t, v in points)
         out = [element("polyline", points=path, fill="none", stroke=colour, stroke_width=2,
                        stroke_dasharray=dash or None)]
-        for t, v in points:
-            out.append(marker_svg(marker, self.x(t), self.y(v), colour))
+        if marker:
+            out += [marker_svg(marker, self.x(t), self.y(v), colour) for t, v in points]
         return out
 
 
@@ -285,24 +410,11 @@ def draw_svg(bench: Bench, peers: list) -> str:
 
     # Legend: colours name H, dash patterns name the kernel family or the peer.
     legend_y = top + panel_h + 70
-    legend = [text(lefts[0], legend_y, "legend", "heads:")]
-    x = lefts[0] + 52
-    for h in bench.heads:
-        legend.append(element("line", x1=x, y1=legend_y - 4, x2=x + 26, y2=legend_y - 4, stroke=colour[h],
-                              stroke_width=4))
-        legend.append(text(x + 32, legend_y, "legend", f"H = {h}"))
-        x += 100
-    legend_y += 24
-    legend.append(text(lefts[0], legend_y, "legend", "lines:"))
-    x = lefts[0] + 52
-    styles = [(f, dash[f], "circle", f"swa-decode {f}") for f in bench.families]
-    styles += [(p.name, PEER_DASH, "square", f"{p.name} (same GPU)") for p in peers]
-    for _, pattern, marker, label in styles:
-        legend.append(element("line", x1=x, y1=legend_y - 4, x2=x + 40, y2=legend_y - 4, stroke="#333",
-                              stroke_width=2, stroke_dasharray=pattern or None))
-        legend.append(marker_svg(marker, x + 20, legend_y - 4, "#333"))
-        legend.append(text(x + 48, legend_y, "legend", label))
-        x += 70 + 8 * len(label)  # 13 px text averages under 8 px a character
+    legend = legend_row(lefts[0], legend_y, "heads:",
+                        [(colour[h], 4, None, None, f"H = {h}") for h in bench.heads])
+    styles = [("#333", 2, dash[f], "circle", f"swa-decode {f}") for f in bench.families]
+    styles += [("#333", 2, PEER_DASH, "square", f"{p.name} (same GPU)") for p in peers]
+    legend += legend_row(lefts[0], legend_y + 24, "lines:", styles)
 
     subtitle = (f"{bench.device}, commit {bench.commit}: {bench.shape}, realistic decode batches, "
                 "median CUDA-graph replay time")
@@ -311,7 +423,67 @@ def draw_svg(bench: Bench, peers: list) -> str:
                      "library's floor for the same H and T")
     else:
         subtitle2 = ""
-    height = legend_y + 30
+    return svg_document(width, legend_y + 54, lefts[0],
+                        "swa-decode: sliding-window decode attention, time and ratio to the floor against T",
+                        (subtitle, subtitle2), body + legend)
+
+
+def draw_layers_svg(sets: list, peers: list) -> str:
+    """One panel per layer set, two a row: time against T for each family, its floor and the peers."""
+    width, panel_w, panel_h, top, row_h = 1000, 390, 260, 100, 350
+    lefts = (80, 580)
+    families = sorted({f for ls in sets for f in ls.families})
+    colour = {f: COLOURS[i % len(COLOURS)] for i, f in enumerate(families)}
+    peer_colour = {p.name: COLOURS[(len(families) + i) % len(COLOURS)] for i, p in enumerate(peers)}
+    floor_colour, floor_dash = "#888", "2 3"
+    body = []
+    for i, ls in enumerate(sets):
+        left, panel_top = lefts[i % 2], top + (i // 2) * row_h
+        floors = [(t, ls.floor_us(ls.num_heads, t)) for t in ls.tokens]
+        lines = [(colour[f], FAMILY_DASHES[0], "circle",
+                  [(t, r["us"]) for t in ls.tokens if (r := ls.row(ls.num_heads, t, f))]) for f in ls.families]
+        lines += [(peer_colour[p.name], PEER_DASH, "square", [(t, ls.peer_us(p, t)) for t in ls.tokens])
+                  for p in peers if p.name in ls.peer_extra]
+        lines.append((floor_colour, floor_dash, None, floors))
+        values = [v for *_, points in lines for _, v in points if v]
+        panel = Panel(left, panel_top, panel_w, panel_h, ls.tokens, values, "time per call (us, log scale)")
+        body += panel.frame(f"{ls.short_title}: 128 + {ls.mean_extra:.0f} entries per row")
+        for line_colour, pattern, marker, points in lines:
+            body += panel.line(points, line_colour, pattern, marker)
+
+    legend_y = top + ((len(sets) + 1) // 2) * row_h - 20
+    styles = [(colour[f], 2, FAMILY_DASHES[0], "circle", f"swa-decode {f}") for f in families]
+    styles += [(peer_colour[p.name], 2, PEER_DASH, "square", f"{p.name} (same GPU)") for p in peers
+               if any(p.name in ls.peer_extra for ls in sets)]
+    legend = legend_row(lefts[0], legend_y, "lines:", styles)
+    legend += legend_row(lefts[0], legend_y + 24, "",
+                         [(floor_colour, 2, floor_dash, None, "floor: the larger of the memory and compute floors")])
+    every = Bench([p for ls in sets for p in ls.paths], LAYER_FIELDS)
+    subtitle = (f"{every.device}, commit {every.commit}: the window (128 entries) and the compressed entries "
+                "in one softmax, D = 512, median CUDA-graph replay time")
+    subtitle2 = ("C4A: a top-k of the context / 4 entries; C128A: every one of the context / 128 "
+                 "(64k and 1M mean contexts); peers measured on the same GPU")
+    return svg_document(width, legend_y + 54, lefts[0],
+                        "swa-decode: DeepSeek-V4 attention layers, time per call against T",
+                        (subtitle, subtitle2), body + legend)
+
+
+def legend_row(left: float, y: float, title: str, styles) -> list:
+    """A legend line: title, then (colour, stroke width, dash, marker or None, label) samples."""
+    out = [text(left, y, "legend", title)]
+    x = left + 52
+    for colour, stroke_width, pattern, marker, label in styles:
+        out.append(element("line", x1=x, y1=y - 4, x2=x + 40, y2=y - 4, stroke=colour,
+                           stroke_width=stroke_width, stroke_dasharray=pattern or None))
+        if marker:
+            out.append(marker_svg(marker, x + 20, y - 4, colour))
+        out.append(text(x + 48, y, "legend", label))
+        x += 70 + 7 * len(label)  # 13 px text averages under 7 px a character
+    return out
+
+
+def svg_document(width: int, height: float, left: float, title: str, subtitles, body: list) -> str:
+    height = int(math.ceil(height))
     return "\n".join([
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif">',
@@ -327,12 +499,10 @@ def draw_svg(bench: Bench, peers: list) -> str:
         "  .frame { fill: none; stroke: #444; stroke-width: 1; }",
         "</style>",
         f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{lefts[0]}" y="24" class="title">swa-decode: sliding-window decode attention, '
-        f'time and ratio to the floor against T</text>',
-        f'<text x="{lefts[0]}" y="44" class="sub">{escape(subtitle)}</text>',
-        f'<text x="{lefts[0]}" y="60" class="sub">{escape(subtitle2)}</text>',
+        f'<text x="{left}" y="24" class="title">{escape(title)}</text>',
+        *[f'<text x="{left}" y="{44 + 16 * i}" class="sub">{escape(sub)}</text>'
+          for i, sub in enumerate(subtitles) if sub],
         *body,
-        *legend,
         "</svg>",
         "",
     ])
@@ -356,35 +526,50 @@ def relative(path: str) -> str:
     return os.path.relpath(os.path.abspath(path), REPO)
 
 
-def comparison_table(bench: Bench, peers: list, heads, tokens) -> list:
-    """One row per H and T: each family's time and ratio (the faster in bold), the floor, the peers."""
+def window_peer_columns(peers: list) -> list:
+    return [(p.name, p.us) for p in peers]
+
+
+def comparison_table(bench: Bench, peer_columns: list, heads, tokens, layer: bool = False) -> list:
+    """One row per H and T: each family's time and ratio (decode()'s pick in bold), the floor, the
+    peers (name, us at H and T). A layer table adds which floor binds and, for decode()'s pick, its
+    time over each peer's and its TFLOP/s."""
     variants = {f: len({r["kernel"] for r in bench.rows if family(r["kernel"]) == f}) > 1
                 for f in bench.families}
-    header = ["H", "T", "floor us"]
+    header = ["H", "T", "floor us"] + (["bound"] if layer else [])
     for f in bench.families:
         header += ([f"{f} kernel"] if variants[f] else []) + [f"{f} us", "x floor"]
-    header += [f"{p.name} us" for p in peers]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * 2 + "---:|" + "".join(
-        ("---|" if variants[f] else "") + "---:|---:|" for f in bench.families) + "---:|" * len(peers)]
+    header += [f"{name} us" for name, _ in peer_columns]
+    if layer:
+        header += [f"pick / {name}" for name, _ in peer_columns] + ["pick TFLOP/s"]
+    align = ["---:"] * 3 + (["---"] if layer else [])
+    for f in bench.families:
+        align += (["---"] if variants[f] else []) + ["---:", "---:"]
+    align += ["---:"] * (len(header) - len(align))
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for h in heads:
         for t in tokens:
             rows = {f: bench.row(h, t, f) for f in bench.families}
             if not any(rows.values()):
                 continue
-            fastest = min((r["us"] for r in rows.values() if r), default=None)
-            cells = [str(h), str(t), f"{bench.floor_us(h, t):.2f}" if bench.floor_us(h, t) else ""]
+            pick = picked(rows)
+            floor = bench.floor_row(h, t)
+            cells = [str(h), str(t), f"{floor['floor_us']:.2f}" if floor else ""]
+            if layer:
+                cells.append(floor.get("bound", "") if floor else "")
             for f in bench.families:
                 r = rows[f]
                 if variants[f]:
                     cells.append(f"`{r['kernel']}`" if r else "")
                 us, ratio = (us_cell(r["us"]), ratio_cell(r["ratio"])) if r else ("", "")
-                # Bold marks what decode() picks where the JSON says (its "selected" field),
-                # else the faster family.
-                picked = r.get("selected") if r and "selected" in r else (r and r["us"] == fastest)
-                if r and len([x for x in rows.values() if x]) > 1 and picked:
+                if r and len([x for x in rows.values() if x]) > 1 and r is pick:
                     us, ratio = f"**{us}**", f"**{ratio}**"
                 cells += [us, ratio]
-            cells += [us_cell(p.us(h, t)) for p in peers]
+            peer_us = [of(h, t) for _, of in peer_columns]
+            cells += [us_cell(us) for us in peer_us]
+            if layer:
+                cells += [ratio_cell(pick["us"] / us) if pick and us else "" for us in peer_us]
+                cells.append(f"{pick['tflops']:.0f}" if pick and pick.get("tflops") is not None else "")
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -433,7 +618,85 @@ def dropin_section(path: str) -> list:
     return lines
 
 
-def write_markdown(bench: Bench, peers: list, svg_path, dropin_path, path: str) -> None:
+def layer_section(sets: list, peers: list, svg_path, markdown_path: str) -> list:
+    if not sets:
+        return []
+    every = Bench([p for ls in sets for p in ls.paths], LAYER_FIELDS)
+    tflops = sorted({f"{x:.0f}" for x in every.matmul_tflops})
+    lines = [
+        "## Layers: the window and the compressed entries in one softmax",
+        "",
+        f"From {', '.join(f'`{relative(p)}`' for p in every.paths)} (`swa-decode bench --layer c4a|c128a "
+        f"--kernel all`; `--help` says how each layer's batch is drawn). Device: {every.device}. Commit: "
+        f"{every.commit}. Each row attends the window and a second source of compressed entries "
+        "(`DecodeArgs::extra`) in one softmax. `floor_us` is the larger of the memory floor (bytes / "
+        "copy bandwidth) and the compute floor (FLOPs / the bf16 matmul rate cuBLAS reached in the "
+        f"same run: {'-'.join(tflops) or 'not recorded'} TFLOP/s); `bound` says which; `x floor` is each "
+        "family's time over it. In bold the family `decode()` picks; `pick / FlashMLA` is its time over "
+        "FlashMLA's, `pick TFLOP/s` its rate.",
+        "",
+    ]
+    if svg_path:
+        picture = os.path.relpath(os.path.abspath(svg_path), os.path.dirname(os.path.abspath(markdown_path)))
+        lines += [f"![time per call against T per layer, each family, its floor and FlashMLA]({picture})", ""]
+    for ls in sets:
+        lines += [f"### {ls.title}", "", *comparison_table(ls, ls.peer_columns(peers), ls.heads, ls.tokens,
+                                                            layer=True), ""]
+        notes = [f"- {p.name}: " + "; ".join(p.sources(ls.layer, ls.num_heads, ls.peer_extra[p.name]))
+                 for p in peers if p.name in ls.peer_extra]
+        if notes:
+            lines += notes + [""]
+    failed = [r for r in every.rows if r.get("check") != "pass"]
+    lines += [f"{len(every.rows) - len(failed)} of {len(every.rows)} rows passed the check against the "
+              "float64 reference.", "", "### Every layer row", "", *every_row_table(every), ""]
+    return lines
+
+
+def load_eager(path: str):
+    doc = load_json(path)
+    return doc, check_rows(path, doc, EAGER_FIELDS)
+
+
+def eager_section(path: str) -> list:
+    doc, rows = load_eager(path)
+    shapes = list(OrderedDict(((r["H"], r["T"]), None) for r in rows))
+    entries = list(OrderedDict((r["entry"], None) for r in rows))
+    host = {(r["entry"], r["H"], r["T"]): r["host_us"] for r in rows}
+    lines = [
+        "## Eager Python call: host time",
+        "",
+        f"What the caller waits per eager call (no CUDA graph) before it can issue its next op, by "
+        f"`python/bench_eager.py` on {doc.get('device', 'an unknown device')} at commit "
+        f"{str(doc.get('commit', 'unknown'))[:7]} (torch {doc.get('torch', 'unknown')}, median of "
+        f"{doc.get('calls', '?')} calls; {relative(path)}), in us; the GPU time of the call is not in it. "
+        "`decode` is `swa_decode.decode(..., out=)`, `native_swa_decode_attention` the drop-in (which "
+        "allocates its out), `torch.ops.swa_decode.decode_out` the custom op (what a traced call pays) and "
+        "`_C.decode_exchange` the binding alone (the script's docstring has the details).",
+        "",
+        "| entry | " + " | ".join(f"H = {h}, T = {t}" for h, t in shapes) + " |",
+        "|---|" + "---:|" * len(shapes),
+    ]
+    for e in entries:
+        cells = [f"{host[(e, h, t)]:.1f}" if (e, h, t) in host else "" for h, t in shapes]
+        lines.append(f"| `{e}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def eager_sentence(path: str) -> str:
+    """decode()'s and the drop-in's host time at the most heads and fewest rows measured."""
+    doc, rows = load_eager(path)
+    h = max(r["H"] for r in rows)
+    t = min(r["T"] for r in rows if r["H"] == h)
+    host = {r["entry"]: r["host_us"] for r in rows if r["H"] == h and r["T"] == t}
+    parts = [f"{host[e]:.1f} us for {name}" for e, name in
+             (("decode", "`swa_decode.decode(..., out=)`"), ("native_swa_decode_attention", "the drop-in"))
+             if e in host]
+    return (f"An eager Python call (no CUDA graph) costs the host {' and '.join(parts)} at H = {h}, "
+            f"T = {t} on the {doc.get('device', 'unknown device')} (`python/bench_eager.py`).")
+
+
+def write_markdown(bench: Bench, peers: list, svg_path, dropin_path, path: str, layer_lines=(),
+                   eager_path=None) -> None:
     files = ", ".join(f"`{relative(p)}`" for p in bench.paths)
     copy_range = sorted({f"{gbps / 1000:.2f}" for gbps in bench.copy_gbps})
     copy = "-".join(copy_range[::max(1, len(copy_range) - 1)]) + " TB/s" if copy_range else "not recorded"
@@ -463,14 +726,17 @@ def write_markdown(bench: Bench, peers: list, svg_path, dropin_path, path: str) 
         "",
         "In bold the family `decode()` picks (where the JSON records it, else the faster one).",
         "",
-        *comparison_table(bench, peers, bench.heads, bench.tokens),
+        *comparison_table(bench, window_peer_columns(peers), bench.heads, bench.tokens),
         "",
     ]
     if peers:
         lines += ["Peers, measured on the same GPU:", "", *peer_notes(peers), ""]
     lines += ["## Every row", "", *every_row_table(bench), ""]
+    lines += list(layer_lines)
     if dropin_path:
         lines += [*dropin_section(dropin_path), ""]
+    if eager_path:
+        lines += [*eager_section(eager_path), ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
@@ -484,28 +750,96 @@ def dropin_sentence(path: str) -> str:
             f"against the reference PyTorch implementation: {pairs}.")
 
 
-def update_readme(bench: Bench, peers: list, dropin_path, path: str) -> bool:
+def replace_block(text: str, begin_marker: str, end_marker: str, lines: list):
+    """text with the block from begin_marker up to end_marker replaced, or None without the markers."""
+    begin, end = text.find(begin_marker), text.find(end_marker)
+    if begin < 0 or end < begin:
+        return None
+    return text[:begin] + "\n".join([begin_marker, *lines]) + text[end:]
+
+
+def slower_range(ratios: list) -> str:
+    lo, hi = min(ratios), max(ratios)
+    return f"{lo:.2g}x" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}x"
+
+
+def pick_over_peer(ls: LayerSet, peer, tokens: int):
+    """decode()'s pick at T and its time over the peer's (None where either is missing)."""
+    pick = picked({f: ls.row(ls.num_heads, tokens, f) for f in ls.families})
+    us = ls.peer_us(peer, tokens)
+    return pick, (pick["us"] / us if pick and us else None)
+
+
+def readme_layer_block(sets: list, peers: list) -> list:
+    """decode()'s pick per README_LAYER_ROWS row against its floor and the peers, and each peer's
+    range of pick / peer there and over each other layer set."""
+    by_key = {(ls.layer, ls.label, ls.num_heads): ls for ls in sets}
+    shown = [(by_key[(layer, label, h)], tokens) for layer, label, h, tokens in README_LAYER_ROWS
+             if (layer, label, h) in by_key]
+    if not shown:
+        return []
+    header = ["layer", "H", "T", "`decode()` runs", "us", "x floor (bound)"]
+    header += [f"{p.name} us" for p in peers] + [f"x {p.name}" for p in peers]
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|---:|---|" + "---:|" * (len(header) - 4)]
+    for ls, tokens in shown:
+        for t in tokens:
+            pick = picked({f: ls.row(ls.num_heads, t, f) for f in ls.families})
+            if not pick:
+                continue
+            over = [pick_over_peer(ls, p, t)[1] for p in peers]
+            lines.append("| " + " | ".join(
+                [ls.name, str(ls.num_heads),
+                 str(t), f"`{pick['kernel']}`", us_cell(pick["us"]), f"{ratio_cell(pick['ratio'])} ({pick['bound']})"]
+                + [us_cell(ls.peer_us(p, t)) for p in peers] + [ratio_cell(x) if x else "" for x in over]) + " |")
+    rows = [r for ls, _ in shown for r in ls.rows]
+    failed = len([r for r in rows if r.get("check") != "pass"])
+    correct = ("every row passes its check against the float64 reference" if not failed
+               else f"{failed} of {len(rows)} rows fail their check against the float64 reference")
+    text = (f"Measured on one {sets[0].device} (commit {sets[0].commit}): the window (W = 128) and "
+            "DeepSeek-V4's compressed entries in one softmax (`--layer c4a`: a top-k of the context / 4 "
+            "entries; `--layer c128a`: every one of the context / 128), `x floor` the time over the larger of "
+            f"the memory and the compute floor. On these layers {correct}")
+    for p in peers:
+        here = [x for ls, tokens in shown for t in tokens if (x := pick_over_peer(ls, p, t)[1])]
+        if not here:
+            continue
+        elsewhere = []
+        for ls in sets:
+            xs = [x for t in ls.tokens if (x := pick_over_peer(ls, p, t)[1])]
+            if xs and not any(ls is s for s, _ in shown):
+                elsewhere.append(f"{slower_range(xs)} for {ls.short_title} (T = {ls.tokens[0]}-{ls.tokens[-1]})")
+        every_t = [x for ls, _ in shown for t in ls.tokens if (x := pick_over_peer(ls, p, t)[1])]
+        text += (f", but the library is slower than {p.name} today: {slower_range(here)} in the rows below, "
+                 f"{slower_range(every_t)} over every T measured of those layers"
+                 + "".join(f", {e}" for e in elsewhere))
+    return [text + ".", "", *lines, ""]
+
+
+def update_readme(bench: Bench, peers: list, dropin_path, path: str, layer_sets=(), eager_path=None) -> bool:
     with open(path) as f:
         text = f.read()
-    begin, end = text.find(README_BEGIN), text.find(README_END)
-    if begin < 0 or end < begin:
-        return False
     heads = [h for h in README_HEADS if h in bench.heads]
     tokens = [t for t in README_TOKENS if t in bench.tokens]
     block = [
-        README_BEGIN,
         f"Measured on one {bench.device} (commit {bench.commit}); {bench.shape}, sinks and LSE on, "
         "`us` the median CUDA-graph replay time, `x floor` the time over the copy-bandwidth floor. "
         "In bold the family `decode()` picks (where the JSON records it, else the faster one).",
         "",
-        *comparison_table(bench, peers, heads, tokens),
+        *comparison_table(bench, window_peer_columns(peers), heads, tokens),
         "",
     ]
     if dropin_path:
         block += [dropin_sentence(dropin_path), ""]
-    text = text[:begin] + "\n".join(block) + text[end:]
+    if eager_path:
+        block += [eager_sentence(eager_path), ""]
+    window = replace_block(text, README_BEGIN, README_END, block)
+    if window is None:
+        return False
+    layer_peers = [p for p in peers if any(p.name in ls.peer_extra for ls in layer_sets)]
+    layers = replace_block(window, README_LAYER_BEGIN, README_LAYER_END,
+                           readme_layer_block(list(layer_sets), layer_peers))
     with open(path, "w") as f:
-        f.write(text)
+        f.write(layers if layers is not None else window)
     return True
 
 
@@ -520,6 +854,12 @@ def main(argv) -> int:
     parser.add_argument("--readme", default=os.path.join(REPO, "README.md"), help="'' to skip")
     parser.add_argument("--dropin", default=os.path.join(RESULTS, "python_vs_seed.json"),
                         help="python/bench_vs_seed.py JSON for the markdown ('' to skip)")
+    parser.add_argument("--layers", nargs="*", default=None,
+                        help="layer bench JSON files (default: the newest vN_c4a*/vN_c128a* set)")
+    parser.add_argument("--layers-svg", default=os.path.join(REPO, "docs", "bench_layers.svg"),
+                        help="'' to skip")
+    parser.add_argument("--eager", default=os.path.join(RESULTS, "eager_h200.json"),
+                        help="python/bench_eager.py JSON for the markdown and the README ('' to skip)")
     args = parser.parse_args(argv)
 
     bench = Bench(args.files or newest_bench_files())
@@ -535,16 +875,32 @@ def main(argv) -> int:
             print(f"plot_bench.py: {relative(path)} was measured on {peer.device}, not on "
                   f"{bench.device}: left out", file=sys.stderr)
 
+    layer_paths = args.layers if args.layers is not None else newest_layer_files()
+    # C4A before C128A, then by mean context, then the most heads first.
+    order = list(LAYER_TITLES)
+    layer_sets = sorted((LayerSet(path) for path in layer_paths),
+                        key=lambda ls: (order.index(ls.layer) if ls.layer in order else len(order),
+                                        ls.mean_context, -ls.num_heads))
+    for ls in layer_sets:
+        ls.match_peers([p for p in peers if p.device in ls.devices])
+
     if args.svg:
         with open(args.svg, "w") as f:
             f.write(draw_svg(bench, peers))
         print(f"wrote {relative(args.svg)}")
+    layers_svg = args.layers_svg if layer_sets and args.layers_svg else None
+    if layers_svg:
+        with open(layers_svg, "w") as f:
+            f.write(draw_layers_svg(layer_sets, peers))
+        print(f"wrote {relative(layers_svg)}")
     dropin = args.dropin if args.dropin and os.path.exists(args.dropin) else None
+    eager = args.eager if args.eager and os.path.exists(args.eager) else None
     if args.markdown:
-        write_markdown(bench, peers, args.svg or None, dropin, args.markdown)
+        write_markdown(bench, peers, args.svg or None, dropin, args.markdown,
+                       layer_section(layer_sets, peers, layers_svg, args.markdown), eager)
         print(f"wrote {relative(args.markdown)}")
-    if args.readme and update_readme(bench, peers, dropin, args.readme):
-        print(f"updated the bench table in {relative(args.readme)}")
+    if args.readme and update_readme(bench, peers, dropin, args.readme, layer_sets, eager):
+        print(f"updated the bench tables in {relative(args.readme)}")
     return 0
 
 
