@@ -19,6 +19,13 @@ namespace swa_decode {
 // Element types the arguments may carry. Which argument accepts which is listed on the field.
 enum class DType : int32_t { kBFloat16 = 0, kFloat32 = 1, kInt32 = 2, kInt64 = 3, kFloat8E4M3 = 4 };
 
+// How a KV source lays out its rows (docs/semantics.md, "Row formats").
+//  kE4m3: D e4m3 bytes per row, one inverse scale per slot in a separate inv_scale tensor.
+//  kModel1: FlashMLA's 584-byte rows ("MODEL1", vLLM's fp8_ds_mla): per row 448 e4m3 bytes and 64
+//    bf16 RoPE values (576 bytes), and per page block a footer of 8-byte scale rows (7 UE8M0 bytes,
+//    one per 64 e4m3 dims) after the block's rows; inv_scale is unused.
+enum class KvFormat : int32_t { kE4m3 = 0, kModel1 = 1 };
+
 // Where the pointers live and where the work runs. kCpu runs the float64 reference (slow, exact).
 enum class Backend : int32_t { kCuda = 0, kCpu = 1 };
 
@@ -67,6 +74,9 @@ struct KvSource {
 
   // Index columns a token may use, 1..kMaxExtraEntries (the window's window_size).
   int64_t max_entries = 0;
+
+  // Row layout of kv_cache; kModel1 ignores inv_scale and num_scales (the scales are in the cache).
+  KvFormat format = KvFormat::kE4m3;
 };
 
 // All strides are in elements of the tensor's own dtype (bytes for the e4m3 cache).
@@ -90,6 +100,7 @@ struct DecodeArgs {
   const void* kv_cache = nullptr;
   int64_t stride_kv_block = 0;
   int64_t stride_kv_token = 0;
+  KvFormat kv_format = KvFormat::kE4m3;  // kModel1: FlashMLA's 584-byte rows (see KvFormat)
 
   // ---- inv_scale: [num_scales] bf16 or fp32, one per slot (slot = block * block_size + offset);
   // a row dequantizes as e4m3 * inv_scale[slot]. num_scales >= num_blocks * block_size.

@@ -151,10 +151,11 @@ struct SourceNames {
   const char* prefix;         // "" for the window, "extra." for the extra source
   Name max_entries;           // the field holding the source's entry limit
   int64_t max_entries_limit;  // from swa_decode/limits.h
+  Name format;                // the field holding the source's row format
 };
 
-constexpr SourceNames kWindowNames{"", "window_size", kMaxWindow};
-constexpr SourceNames kExtraNames{"extra.", Name("extra.", "max_entries"), kMaxExtraEntries};
+constexpr SourceNames kWindowNames{"", "window_size", kMaxWindow, "kv_format"};
+constexpr SourceNames kExtraNames{"extra.", Name("extra.", "max_entries"), kMaxExtraEntries, Name("extra.", "format")};
 
 // The window's fields of DecodeArgs as a KvSource, so that one check and one translation serve
 // both sources.
@@ -164,7 +165,7 @@ KvSource window_source(const DecodeArgs& a) {
                   .inv_scale = a.inv_scale, .inv_scale_dtype = a.inv_scale_dtype, .num_scales = a.num_scales,
                   .indices = a.indices, .index_dtype = a.index_dtype, .index_cols = a.index_cols,
                   .stride_indices_token = a.stride_indices_token, .lens = a.lens, .lens_dtype = a.lens_dtype,
-                  .max_entries = a.window_size};
+                  .max_entries = a.window_size, .format = a.kv_format};
 }
 
 // Every rule of one source: shapes (block_size and max_entries fit the int32 fields of
@@ -173,6 +174,15 @@ KvSource window_source(const DecodeArgs& a) {
 Status check_source(const KvSource& src, const SourceNames& names, int64_t head_dim, int64_t num_tokens) {
   const auto name = [&names](const char* field) { return Name(names.prefix, field); };
   Status s;
+  // The engines' 584-byte rows are declared in the API; neither the reference nor a kernel reads
+  // them yet, so they are valid input that nothing runs.
+  if (src.format != KvFormat::kE4m3) {
+    Status refused = invalid(names.format, " must be KvFormat::kE4m3 (0)",
+                             src.format == KvFormat::kModel1 ? ": kModel1 rows are not read yet" : "", ", got ",
+                             static_cast<int32_t>(src.format));
+    if (src.format == KvFormat::kModel1) refused.code = StatusCode::kNotSupported;
+    return refused;
+  }
   if (!(s = check_range(name("num_blocks"), src.num_blocks, 1, kInt64Max)).ok()) return s;
   if (!(s = check_range(name("block_size"), src.block_size, 1, kInt32Max)).ok()) return s;
   if (!(s = check_range(names.max_entries, src.max_entries, 1, names.max_entries_limit)).ok()) return s;

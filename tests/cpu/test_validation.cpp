@@ -263,6 +263,28 @@ TEST(Validation, EveryBadExtraSourceArgumentNamesExtraFieldExpectedAndActual) {
   expect_each_invalid(shape_with_extra(), cases);
 }
 
+// The engines' 584-byte rows are declared (KvFormat::kModel1) but nothing reads them yet: valid
+// input that no backend runs, refused for either source; a value outside the enum is invalid.
+TEST(Validation, Model1RowsAreNotSupportedYetAndUnknownFormatsAreInvalid) {
+  HostProblem p(shape_with_extra(), 7);
+  for (const bool extra : {false, true}) {
+    DecodeArgs a = p.args();
+    KvFormat& format = extra ? a.extra.format : a.kv_format;
+    const std::string field = extra ? "extra.format" : "kv_format";
+    format = KvFormat::kModel1;
+    for (const Backend backend : {Backend::kCpu, Backend::kCuda}) {
+      a.backend = backend;
+      const Status status = decode(a);
+      EXPECT_EQ(status.code, StatusCode::kNotSupported) << field << ": " << status.message;
+      EXPECT_EQ(status.message, field + " must be KvFormat::kE4m3 (0): kModel1 rows are not read yet, got 1");
+    }
+    format = static_cast<KvFormat>(7);
+    const Status unknown = validate_args(a);
+    EXPECT_EQ(unknown.code, StatusCode::kInvalidArgument) << unknown.message;
+    EXPECT_EQ(unknown.message, field + " must be KvFormat::kE4m3 (0), got 7");
+  }
+}
+
 TEST(Validation, AnExtraSourceWithoutACacheIsNoneAndNeverChecked) {
   HostProblem p(small_shape(), 11);
   p.set_len(0, 2);
