@@ -10,6 +10,7 @@ namespace swa_decode::testing {
 inline constexpr uint16_t kBf16PoisonBits = 0xFFFF;  // a bf16 NaN: pre-fills outputs that must be written
 inline constexpr uint8_t kE4m3NaN = 0x7F;            // e4m3 NaN: fills cache rows that must not be read
 inline constexpr double kE4m3Max = 448.0;
+inline constexpr uint8_t kUe8m0NaN = 0xFF;           // UE8M0 NaN (OCP): fills unread kModel1 scale rows
 
 // The one float -> bf16 conversion of the test and bench inputs (testing/batch.h and
 // testing/host_problem.h alike). src/reference/ keeps its own (reference::float_to_bf16) by

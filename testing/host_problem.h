@@ -6,9 +6,13 @@
 // Every cache row of either source (the window and the optional extra source) starts out poisoned
 // (e4m3 NaN kE4m3NaN in every byte, scale NaN), out holds
 // kBf16PoisonBits and lse NaN, and only the slots a test names as entries get real data, so a read
-// of anything docs/semantics.md calls "no entry" turns the result into NaN.
+// of anything docs/semantics.md calls "no entry" turns the result into NaN. A source in kModel1 rows
+// (docs/semantics.md, "Row formats") is poisoned the same way: e4m3 NaN in every e4m3 byte, bf16
+// NaN (0xFFFF) in every RoPE value and UE8M0 NaN (kUe8m0NaN) in every byte of every footer scale
+// row; filling a slot writes its row and its 7 scale bytes, never the pad byte.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -29,8 +33,12 @@ struct ExtraShape {
   DType inv_scale_dtype = DType::kBFloat16;
   DType index_dtype = DType::kInt32;
   DType lens_dtype = DType::kInt32;
+  // Row layout; kModel1 needs head_dim 512 and ignores kv_token_pad (rows are 576 bytes), lays each
+  // block out as FlashMLA does (block_size * 584 bytes rounded up to a multiple of 576), adds
+  // kv_block_pad (keep it a multiple of 576) and passes no inv_scale (nullptr, num_scales 0).
+  KvFormat format = KvFormat::kE4m3;
   // Both sources point at the window's cache and scales: the extra ids name the window's slots,
-  // and num_blocks, block_size, the kv pads and inv_scale_dtype above are ignored.
+  // and num_blocks, block_size, the kv pads, inv_scale_dtype and format above are ignored.
   bool shares_window_cache = false;
 };
 
@@ -49,6 +57,7 @@ struct ProblemShape {
   DType inv_scale_dtype = DType::kBFloat16;
   DType index_dtype = DType::kInt32;
   DType lens_dtype = DType::kInt32;
+  KvFormat kv_format = KvFormat::kE4m3;  // the window's rows, as ExtraShape::format
   std::optional<ExtraShape> extra = std::nullopt;  // none: args().extra.kv_cache is nullptr
 };
 
@@ -64,15 +73,22 @@ class HostProblem {
   int64_t num_slots(Source source = Source::kWindow) const { return pool(source).num_slots; }
   const ProblemShape& shape() const { return s_; }
 
-  // Gives `slot` a real row (random finite e4m3 codes with |value| <= 7.5) and a scale in [0.5, 2].
+  // Gives `slot` a real row (random finite e4m3 codes with |value| <= 7.5) and a scale in [0.5, 2];
+  // in kModel1, scale bytes in [125, 128] (0.25..2) and RoPE values drawn from N(0, 1) in bf16.
   void fill_slot(int64_t slot, Source source = Source::kWindow);
-  // Gives `slot` the row codes[d % codes.size()] and `inv_scale`.
+  // kE4m3 only: gives `slot` the row codes[d % codes.size()] and `inv_scale`.
   void set_row(int64_t slot, const std::vector<uint8_t>& codes, float inv_scale, Source source = Source::kWindow);
   // Stores bf16(value) as the bf16 and as the fp32 scale, so both dtypes give the same result.
   void set_scale(int64_t slot, float value, Source source = Source::kWindow) {
     pool(source).scales.set(slot, float_to_bf16_bits(value), round_to_bf16(value));
   }
   uint8_t* row(int64_t slot, Source source = Source::kWindow);
+  // kModel1 only: gives `slot` the e4m3 bytes codes[d % codes.size()] (d < 448), the UE8M0 scale
+  // bytes `scale_codes` and the RoPE values rope_bits[i % rope_bits.size()] (bf16 bits, i < 64).
+  void set_model1_row(int64_t slot, const std::vector<uint8_t>& codes, const std::array<uint8_t, 7>& scale_codes,
+                      const std::vector<uint16_t>& rope_bits, Source source = Source::kWindow);
+  // kModel1 only: the 8-byte scale row of `slot` in its block's footer.
+  uint8_t* model1_scales(int64_t slot, Source source = Source::kWindow);
 
   // Writes an index without filling its row (use for ids that must never be read).
   void set_index_raw(int64_t t, int64_t c, int64_t id, Source source = Source::kWindow) {
@@ -120,8 +136,9 @@ class HostProblem {
 
   // One source's paged cache and scales, every slot poisoned until a test fills it.
   struct Pool {
-    Pool(int64_t num_blocks, int64_t block_size, int64_t stride_kv_block, int64_t stride_kv_token);
+    Pool(int64_t num_blocks, int64_t block_size, int64_t stride_kv_block, int64_t stride_kv_token, KvFormat format);
     int64_t block_size, stride_kv_block, stride_kv_token, num_slots;
+    KvFormat format;
     std::vector<uint8_t> cache;
     InBothDtypes<uint16_t, float> scales;  // bf16 bits, fp32
     std::vector<bool> filled;

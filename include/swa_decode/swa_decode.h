@@ -26,6 +26,12 @@ enum class DType : int32_t { kBFloat16 = 0, kFloat32 = 1, kInt32 = 2, kInt64 = 3
 //    one per 64 e4m3 dims) after the block's rows; inv_scale is unused.
 enum class KvFormat : int32_t { kE4m3 = 0, kModel1 = 1 };
 
+// The kModel1 layout's numbers, for validation and for callers sizing a cache.
+inline constexpr int64_t kModel1HeadDim = 512;       // the layout is defined for D = 512 only
+inline constexpr int64_t kModel1E4m3Dims = 448;      // dims 0..447: e4m3 bytes; 448..511: bf16 RoPE
+inline constexpr int64_t kModel1RowBytes = 576;      // 448 + 64 * 2: the row stride
+inline constexpr int64_t kModel1ScaleRowBytes = 8;   // 7 UE8M0 bytes (one per 64 e4m3 dims) + 1 pad
+
 // Where the pointers live and where the work runs. kCpu runs the float64 reference (slow, exact).
 enum class Backend : int32_t { kCuda = 0, kCpu = 1 };
 

@@ -147,7 +147,9 @@ DecodeShape decode_shape(const DecodeParams& params) {
                      .has_extra = has_extra,
                      .extra_max_entries = has_extra ? params.extra.max_entries : 0,
                      .extra_kv_row_alignment = has_extra ? kv_row_alignment(params.extra) : 0,
-                     .extra_kv_last_row_offset = has_extra ? kv_last_row_offset(params.extra) : 0};
+                     .extra_kv_last_row_offset = has_extra ? kv_last_row_offset(params.extra) : 0,
+                     .window_format = params.window.is_model1 != 0 ? KvFormat::kModel1 : KvFormat::kE4m3,
+                     .extra_format = has_extra && params.extra.is_model1 != 0 ? KvFormat::kModel1 : KvFormat::kE4m3};
 }
 
 namespace {

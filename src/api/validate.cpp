@@ -157,6 +157,36 @@ struct SourceNames {
 constexpr SourceNames kWindowNames{"", "window_size", kMaxWindow, "kv_format"};
 constexpr SourceNames kExtraNames{"extra.", Name("extra.", "max_entries"), kMaxExtraEntries, Name("extra.", "format")};
 
+// The cache strides of a kModel1 source (docs/semantics.md, "Row formats"): rows of exactly 576
+// bytes, and blocks of B rows plus B 8-byte scale rows, padded as FlashMLA pads them to a multiple
+// of 576 bytes (149,760 at B = 256). These fix the layout whatever num_blocks and block_size are,
+// so no row or scale row of one block overlaps another's.
+Status check_model1_strides(const KvSource& src, const SourceNames& names) {
+  const auto name = [&names](const char* field) { return Name(names.prefix, field); };
+  if (src.stride_kv_token != kModel1RowBytes) {
+    return invalid(name("stride_kv_token"), " must be ", kModel1RowBytes, " when ", names.format, " is kModel1 (",
+                   kModel1E4m3Dims, " e4m3 bytes and ", kModel1HeadDim - kModel1E4m3Dims, " bf16 values a row), got ",
+                   src.stride_kv_token);
+  }
+  const int64_t block_bytes = src.block_size * (kModel1RowBytes + kModel1ScaleRowBytes);
+  if (src.stride_kv_block < block_bytes) {
+    return invalid(name("stride_kv_block"), " must be >= ", name("block_size"), " * ",
+                   kModel1RowBytes + kModel1ScaleRowBytes, " = ", block_bytes, " when ", names.format,
+                   " is kModel1 (", kModel1RowBytes, "-byte rows, then ", kModel1ScaleRowBytes,
+                   "-byte scale rows), got ", src.stride_kv_block);
+  }
+  if (src.stride_kv_block % kModel1RowBytes != 0) {
+    return invalid(name("stride_kv_block"), " must be a multiple of ", kModel1RowBytes, " when ", names.format,
+                   " is kModel1 (FlashMLA pads each block to a multiple of ", kModel1RowBytes, " bytes), got ",
+                   src.stride_kv_block);
+  }
+  if (src.num_blocks > 1 && src.stride_kv_block > kInt64Max / (src.num_blocks - 1)) {
+    return invalid(name("stride_kv_block"), " * (size - 1) must fit in int64 for ", name("kv_cache"),
+                   ", got stride ", src.stride_kv_block, " with size ", src.num_blocks);
+  }
+  return {};
+}
+
 // The window's fields of DecodeArgs as a KvSource, so that one check and one translation serve
 // both sources.
 KvSource window_source(const DecodeArgs& a) {
@@ -169,19 +199,19 @@ KvSource window_source(const DecodeArgs& a) {
 }
 
 // Every rule of one source: shapes (block_size and max_entries fit the int32 fields of
-// KvSourceParams), dtypes, pointers and strides. head_dim and num_tokens are the call's, already
-// checked.
+// KvSourceParams), dtypes, pointers and strides, for its row format. head_dim and num_tokens are
+// the call's, already checked.
 Status check_source(const KvSource& src, const SourceNames& names, int64_t head_dim, int64_t num_tokens) {
   const auto name = [&names](const char* field) { return Name(names.prefix, field); };
   Status s;
-  // The engines' 584-byte rows are declared in the API; neither the reference nor a kernel reads
-  // them yet, so they are valid input that nothing runs.
-  if (src.format != KvFormat::kE4m3) {
-    Status refused = invalid(names.format, " must be KvFormat::kE4m3 (0)",
-                             src.format == KvFormat::kModel1 ? ": kModel1 rows are not read yet" : "", ", got ",
-                             static_cast<int32_t>(src.format));
-    if (src.format == KvFormat::kModel1) refused.code = StatusCode::kNotSupported;
-    return refused;
+  if (src.format != KvFormat::kE4m3 && src.format != KvFormat::kModel1) {
+    return invalid(names.format, " must be KvFormat::kE4m3 (0) or KvFormat::kModel1 (1), got ",
+                   static_cast<int32_t>(src.format));
+  }
+  const bool model1 = src.format == KvFormat::kModel1;
+  if (model1 && head_dim != kModel1HeadDim) {
+    return invalid("head_dim must be ", kModel1HeadDim, " when ", names.format, " is kModel1 (", kModel1E4m3Dims,
+                   " e4m3 dims and ", kModel1HeadDim - kModel1E4m3Dims, " bf16 RoPE dims a row), got ", head_dim);
   }
   if (!(s = check_range(name("num_blocks"), src.num_blocks, 1, kInt64Max)).ok()) return s;
   if (!(s = check_range(name("block_size"), src.block_size, 1, kInt32Max)).ok()) return s;
@@ -195,12 +225,14 @@ Status check_source(const KvSource& src, const SourceNames& names, int64_t head_
     return invalid(name("index_cols"), " must be >= ", names.max_entries, " = ", src.max_entries, ", got ",
                    src.index_cols);
   }
-  if (src.num_scales < num_slots) {
+  // kModel1 keeps its scales in the cache: inv_scale, its dtype and num_scales are not read.
+  if (!model1 && src.num_scales < num_slots) {
     return invalid(name("num_scales"), " must be >= ", name("num_blocks"), " * ", name("block_size"), " = ",
                    num_slots, ", got ", src.num_scales);
   }
 
-  if (!(s = check_dtype(name("inv_scale_dtype"), src.inv_scale_dtype, DType::kBFloat16, DType::kFloat32)).ok()) {
+  if (!model1 &&
+      !(s = check_dtype(name("inv_scale_dtype"), src.inv_scale_dtype, DType::kBFloat16, DType::kFloat32)).ok()) {
     return s;
   }
   if (!(s = check_dtype(name("index_dtype"), src.index_dtype, DType::kInt32, DType::kInt64)).ok()) return s;
@@ -208,17 +240,19 @@ Status check_source(const KvSource& src, const SourceNames& names, int64_t head_
 
   const bool has_tokens = num_tokens > 0;
   const char* per_token = " when num_tokens > 0";
-  if (!(s = check_pointer(name("kv_cache"), src.kv_cache, true, "", 1, "e4m3")).ok()) return s;
-  if (!(s = check_pointer(name("inv_scale"), src.inv_scale, true, "", dtype_bytes(src.inv_scale_dtype),
-                          known_dtype_name(src.inv_scale_dtype))).ok()) return s;
+  // A kModel1 row starts on a multiple of 576 bytes and holds bf16 values from its byte 448.
+  if (!(s = check_pointer(name("kv_cache"), src.kv_cache, true, "", model1 ? 2 : 1,
+                          model1 ? "the bf16 RoPE values of kModel1 rows" : "e4m3")).ok()) return s;
+  if (!model1 && !(s = check_pointer(name("inv_scale"), src.inv_scale, true, "", dtype_bytes(src.inv_scale_dtype),
+                                     known_dtype_name(src.inv_scale_dtype))).ok()) return s;
   if (!(s = check_pointer(name("indices"), src.indices, has_tokens, per_token, dtype_bytes(src.index_dtype),
                           known_dtype_name(src.index_dtype))).ok()) return s;
   if (!(s = check_pointer(name("lens"), src.lens, has_tokens, per_token, dtype_bytes(src.lens_dtype),
                           known_dtype_name(src.lens_dtype))).ok()) return s;
 
-  s = check_no_overlap(name("kv_cache"), "head_dim", head_dim,
-                       std::array<StridedDim, 2>{{{name("stride_kv_block"), src.num_blocks, src.stride_kv_block},
-                                                  {name("stride_kv_token"), src.block_size, src.stride_kv_token}}});
+  const std::array<StridedDim, 2> cache_dims{{{name("stride_kv_block"), src.num_blocks, src.stride_kv_block},
+                                               {name("stride_kv_token"), src.block_size, src.stride_kv_token}}};
+  s = model1 ? check_model1_strides(src, names) : check_no_overlap(name("kv_cache"), "head_dim", head_dim, cache_dims);
   if (!s.ok() || !has_tokens) return s;
   return check_no_overlap(name("indices"), name("index_cols"), src.index_cols,
                           std::array<StridedDim, 1>{{{name("stride_indices_token"), num_tokens,
@@ -241,6 +275,7 @@ KvSourceParams source_params(const KvSource& src, int64_t num_tokens) {
       .inv_scale_is_f32 = src.inv_scale_dtype == DType::kFloat32 ? 1 : 0,
       .index_is_i64 = src.index_dtype == DType::kInt64 ? 1 : 0,
       .lens_is_i64 = src.lens_dtype == DType::kInt64 ? 1 : 0,
+      .is_model1 = src.format == KvFormat::kModel1 ? 1 : 0,
   };
 }
 

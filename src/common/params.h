@@ -25,6 +25,9 @@ struct KvSourceParams {
   int32_t inv_scale_is_f32;
   int32_t index_is_i64;
   int32_t lens_is_i64;
+  // Row layout (docs/semantics.md, "Row formats"): 0 = kE4m3, 1 = kModel1 (576-byte rows, scales in
+  // each block's footer, inv_scale unused). No kernel reads kModel1 yet: the dispatch refuses it.
+  int32_t is_model1;
 };
 
 struct DecodeParams {

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "src/common/params.h"
+#include "swa_decode/swa_decode.h"
 
 namespace swa_decode {
 
@@ -44,6 +45,10 @@ struct DecodeShape {
   int64_t extra_max_entries = 0;  // extra.max_entries: 1..kMaxExtraEntries index columns a token
   int32_t extra_kv_row_alignment = 0;
   int64_t extra_kv_last_row_offset = 0;
+  // Each source's row layout (docs/semantics.md, "Row formats"); extra_format is kE4m3 without an
+  // extra source. A record that does not read a format says so in its why_not.
+  KvFormat window_format = KvFormat::kE4m3;
+  KvFormat extra_format = KvFormat::kE4m3;
 };
 
 // What the selection needs to know about the GPU (read once by the caller via cudaGetDeviceProperties).

@@ -5,12 +5,15 @@
 
 #include "src/dispatch/kernel_record.h"
 #include "src/dispatch/launch.h"
+#include "src/dispatch/select_kernel.h"
 #include "src/kernels/portable/portable_plan.h"
 
 namespace swa_decode {
 namespace {
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
+  const char* model1 = model1_source(shape);
+  if (model1 != nullptr) return std::string("the portable kernel reads no kModel1 rows yet, got ") + model1 + " = kModel1";
   const int window = static_cast<int>(shape.window_size);
   const int list = portable::compacted_list_entries(window, shape.has_extra);
   if (portable::choose_stages(1, list, device.smem_optin_bytes) != 0) return {};

@@ -80,6 +80,12 @@ std::string gpu_why_not(const DecodeShape& shape, const DeviceInfo& device) {
   return {};
 }
 
+const char* model1_source(const DecodeShape& shape) {
+  if (shape.window_format == KvFormat::kModel1) return "kv_format";
+  if (shape.has_extra && shape.extra_format == KvFormat::kModel1) return "extra.format";
+  return nullptr;
+}
+
 KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, KernelId only) {
   std::string shared_problem = gpu_why_not(shape, device);
   if (!shared_problem.empty()) return unsupported(std::move(shared_problem));

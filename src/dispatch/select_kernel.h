@@ -33,6 +33,10 @@ const KernelRecord* find_kernel(std::string_view family);
 // and 4-byte extra.kv_cache rows. Whether a family reads an extra source is its record's why_not.
 std::string gpu_why_not(const DecodeShape& shape, const DeviceInfo& device);
 
+// The field of the first source of `shape` in KvFormat::kModel1 ("kv_format", "extra.format"), or
+// nullptr if neither is: what a record that does not read kModel1 rows names in its why_not.
+const char* model1_source(const DecodeShape& shape);
+
 // Whether this build contains the sm_90a fast path (CMake builds it when sm_90 is a target).
 bool sm90_kernel_built();
 

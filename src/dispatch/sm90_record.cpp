@@ -43,6 +43,8 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
     return "the sm90 kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
            std::to_string(device.cc_minor);
   }
+  const char* model1 = model1_source(shape);
+  if (model1 != nullptr) return std::string("the sm90 kernel reads no kModel1 rows yet, got ") + model1 + " = kModel1";
   if (shape.window_size > sm90::kKeys) {
     return "the sm90 kernel holds the whole window in shared memory: window_size must be <= " +
            std::to_string(sm90::kKeys) + ", got " + std::to_string(shape.window_size);

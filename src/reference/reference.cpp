@@ -25,12 +25,30 @@ double read_scale(const void* base, DType dtype, int64_t slot) {
   return read_bf16(base, slot);
 }
 
-// Appends to k ([J, D]) the dequantized row k_j[d] = e4m3(row(slot)[d]) * inv_scale[slot] of every
-// valid entry of token t in one source, in column order, duplicates kept ("Valid entries", "The
-// extra source"). DecodeArgs names the window's fields as KvSource names the extra source's, so the
-// one template reads either; `max_entries` is window_size for the window.
+// Appends to k the 512 values of a kModel1 row ("Row formats"): offset `offset` of the block at
+// `block`, B = block_size rows of 576 bytes and then B scale rows of 8 bytes. d < 448: e4m3 byte d
+// times 2^(scale[d / 64] - 127); d >= 448: the bf16 values after the e4m3 bytes, little-endian.
+void append_model1_row(const uint8_t* block, int64_t block_size, int64_t offset, std::vector<double>& k) {
+  const uint8_t* row = block + offset * kModel1RowBytes;
+  const uint8_t* scales = block + block_size * kModel1RowBytes + offset * kModel1ScaleRowBytes;
+  constexpr int64_t kDimsPerScale = 64;
+  for (int64_t d = 0; d < kModel1E4m3Dims; ++d) {
+    k.push_back(decode_e4m3(row[d]) * decode_ue8m0(scales[d / kDimsPerScale]));
+  }
+  for (int64_t d = kModel1E4m3Dims; d < kModel1HeadDim; ++d) {
+    const uint8_t* bytes = row + kModel1E4m3Dims + 2 * (d - kModel1E4m3Dims);
+    k.push_back(bf16_to_float(static_cast<uint16_t>(bytes[0] | (bytes[1] << 8))));
+  }
+}
+
+// Appends to k ([J, D]) the dequantized row of every valid entry of token t in one source, in
+// column order, duplicates kept ("Valid entries", "The extra source"): k_j[d] = e4m3(row(slot)[d])
+// * inv_scale[slot] for kE4m3, append_model1_row for kModel1. DecodeArgs names the window's fields
+// as KvSource names the extra source's, so the one template reads either; `max_entries` and
+// `format` are window_size and kv_format for the window.
 template <class Source>
-void append_valid_rows(const Source& src, int64_t max_entries, int64_t head_dim, int64_t t, std::vector<double>& k) {
+void append_valid_rows(const Source& src, int64_t max_entries, KvFormat format, int64_t head_dim, int64_t t,
+                       std::vector<double>& k) {
   const int64_t len = read_int(src.lens, src.lens_dtype, t);
   const int64_t columns = std::min(std::max<int64_t>(len, 0), max_entries);
   const int64_t num_slots = src.num_blocks * src.block_size;
@@ -38,8 +56,12 @@ void append_valid_rows(const Source& src, int64_t max_entries, int64_t head_dim,
   for (int64_t c = 0; c < columns; ++c) {
     const int64_t slot = read_int(src.indices, src.index_dtype, t * src.stride_indices_token + c);
     if (slot < 0 || slot >= num_slots) continue;  // no entry: neither its row nor its scale is read
-    const uint8_t* row =
-        cache + (slot / src.block_size) * src.stride_kv_block + (slot % src.block_size) * src.stride_kv_token;
+    const uint8_t* block = cache + (slot / src.block_size) * src.stride_kv_block;
+    if (format == KvFormat::kModel1) {
+      append_model1_row(block, src.block_size, slot % src.block_size, k);
+      continue;
+    }
+    const uint8_t* row = block + (slot % src.block_size) * src.stride_kv_token;
     const double inv_scale = read_scale(src.inv_scale, src.inv_scale_dtype, slot);
     for (int64_t d = 0; d < head_dim; ++d) k.push_back(decode_e4m3(row[d]) * inv_scale);
   }
@@ -55,6 +77,11 @@ double decode_e4m3(uint8_t code) {
   const double magnitude = exponent == 0 ? std::ldexp(mantissa / 8.0, 1 - 7)
                                          : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
   return sign ? -magnitude : magnitude;
+}
+
+double decode_ue8m0(uint8_t code) {
+  if (code == 0xFF) return std::numeric_limits<double>::quiet_NaN();
+  return std::ldexp(1.0, code - 127);
 }
 
 float bf16_to_float(uint16_t bits) {
@@ -97,8 +124,8 @@ Result compute(const DecodeArgs& a) {
   std::vector<double> scores;
   for (int64_t t = 0; t < T; ++t) {
     k.clear();
-    append_valid_rows(a, a.window_size, D, t, k);
-    if (a.extra.kv_cache != nullptr) append_valid_rows(a.extra, a.extra.max_entries, D, t, k);
+    append_valid_rows(a, a.window_size, a.kv_format, D, t, k);
+    if (a.extra.kv_cache != nullptr) append_valid_rows(a.extra, a.extra.max_entries, a.extra.format, D, t, k);
     const int64_t J = static_cast<int64_t>(k.size()) / D;
     if (J == 0) continue;  // empty token (no entry in either source): out = 0, lse = -inf, whatever the sink
     scores.assign(J, 0.0);

@@ -19,6 +19,10 @@ namespace swa_decode::reference {
 // exponent 0 is subnormal (m/8 * 2^-6); 0x7F and 0xFF are NaN; no infinities; max 0x7E = 448.
 double decode_e4m3(uint8_t code);
 
+// Value of one OCP UE8M0 code (kModel1's scales): 2^(code - 127), 2^-127 for 0 up to 2^127 for
+// 254; 0xFF is NaN.
+double decode_ue8m0(uint8_t code);
+
 // bf16 bits -> value (exact: bf16 is the upper half of a binary32).
 float bf16_to_float(uint16_t bits);
 

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,13 +51,42 @@ float bf16_value(uint16_t bits) {
   return value;
 }
 
+// UE8M0 (kModel1's scales, "Row formats": 2^(code - 127)) as the binary32 whose exponent field is
+// the code itself; code 0 is the binary32 subnormal 2^-127 (mantissa bit 22); 0xFF is NaN (OCP).
+float ue8m0_via_binary32(uint8_t code) {
+  if (code == 0xFF) return std::numeric_limits<float>::quiet_NaN();
+  const uint32_t word = code == 0 ? 0x00400000u : static_cast<uint32_t>(code) << 23;
+  float value;
+  std::memcpy(&value, &word, sizeof(value));
+  return value;
+}
+
+// One kModel1 row decoded from the spec's text alone, literal numbers and all: a block of B rows of
+// 576 bytes, then B scale rows of 8 bytes; slot (block b, offset o) has its row at b * stride + o * 576
+// and its scales at b * stride + B * 576 + o * 8; dims 0..447 are e4m3 times the scale of their
+// 64-dim group, 448..511 the bf16 values that follow (host order: little-endian, as the GPU's).
+void dense_model1_row(const uint8_t* cache, int64_t stride_kv_block, int64_t block_size, int64_t slot,
+                      long double* k) {
+  const uint8_t* block = cache + (slot / block_size) * stride_kv_block;
+  const uint8_t* row = block + (slot % block_size) * 576;
+  const uint8_t* scales = block + block_size * 576 + (slot % block_size) * 8;
+  for (int64_t d = 0; d < 448; ++d) {
+    k[d] = static_cast<long double>(e4m3_via_binary32(row[d])) * ue8m0_via_binary32(scales[d / 64]);
+  }
+  for (int64_t i = 0; i < 64; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, row + 448 + 2 * i, sizeof(bits));
+    k[448 + i] = bf16_value(bits);
+  }
+}
+
 struct Dense {
   std::vector<long double> out;  // [T, H, D]
   std::vector<long double> lse;  // [T, H]
 };
 
-// One source as the dense version sees it: every row of its pool dequantized up front, poisoned
-// or not, and per token the row each of its first max_entries columns names (nullptr: no entry).
+// One source as the dense version sees it: every row of its pool dequantized up front (kE4m3 or
+// kModel1), poisoned or not, and per token the row each of its first max_entries columns names (nullptr: no entry).
 struct DenseSource {
   int64_t max_entries = 0;
   std::vector<long double> k_all;         // [S, D]
@@ -64,10 +95,15 @@ struct DenseSource {
 
 // DecodeArgs names its window fields as KvSource names the extra source's, so this reads either.
 template <class Source>
-DenseSource dense_source(const Source& s, int64_t max_entries, int64_t T, int64_t D) {
+DenseSource dense_source(const Source& s, int64_t max_entries, KvFormat format, int64_t T, int64_t D) {
   const int64_t S = s.num_blocks * s.block_size;
   DenseSource r{.max_entries = max_entries, .k_all = std::vector<long double>(S * D), .named = {}};
   for (int64_t slot = 0; slot < S; ++slot) {
+    if (format == KvFormat::kModel1) {
+      dense_model1_row(static_cast<const uint8_t*>(s.kv_cache), s.stride_kv_block, s.block_size, slot,
+                       &r.k_all[slot * D]);
+      continue;
+    }
     const auto* row = static_cast<const uint8_t*>(s.kv_cache) + (slot / s.block_size) * s.stride_kv_block +
                       (slot % s.block_size) * s.stride_kv_token;
     const long double inv_scale =
@@ -94,8 +130,10 @@ DenseSource dense_source(const Source& s, int64_t max_entries, int64_t T, int64_
 Dense dense_decode(const DecodeArgs& a) {
   const int64_t T = a.num_tokens, H = a.num_heads, D = a.head_dim;
   std::vector<DenseSource> sources;
-  sources.push_back(dense_source(a, a.window_size, T, D));
-  if (a.extra.kv_cache != nullptr) sources.push_back(dense_source(a.extra, a.extra.max_entries, T, D));
+  sources.push_back(dense_source(a, a.window_size, a.kv_format, T, D));
+  if (a.extra.kv_cache != nullptr) {
+    sources.push_back(dense_source(a.extra, a.extra.max_entries, a.extra.format, T, D));
+  }
 
   Dense r;
   r.out.assign(T * H * D, 0.0L);
@@ -761,6 +799,167 @@ TEST(ReferenceExtra, ExtraColumnsPastItsLimitAndIdsPastItsSlotsAreNeverRead) {
   for (double v : r.out) EXPECT_FALSE(std::isnan(v));
   for (double v : r.lse) EXPECT_TRUE(std::isfinite(v));
   expect_matches_dense(a, "extra columns and ids out of range");
+}
+
+// ---------------------------------------------------------------------------------------------
+// kModel1 rows ("Row formats"): against the dense version's own decoder and by hand
+
+TEST(ReferenceUe8m0, AllCodesMatchTheFormatDefinition) {
+  for (int code = 0; code < 255; ++code) {
+    EXPECT_EQ(reference::decode_ue8m0(static_cast<uint8_t>(code)), ue8m0_via_binary32(static_cast<uint8_t>(code)))
+        << code;
+  }
+  EXPECT_EQ(reference::decode_ue8m0(0), 0x1p-127);
+  EXPECT_EQ(reference::decode_ue8m0(127), 1.0);
+  EXPECT_EQ(reference::decode_ue8m0(254), 0x1p127);
+  EXPECT_TRUE(std::isnan(reference::decode_ue8m0(0xFF)));
+}
+
+ProblemShape model1_problem(int64_t block_size, bool window_model1, std::optional<KvFormat> extra_format) {
+  ProblemShape s{.num_tokens = 3, .num_heads = 2, .head_dim = 512, .num_blocks = 3, .block_size = block_size,
+                 .window_size = 3, .index_cols = 4};
+  s.kv_format = window_model1 ? KvFormat::kModel1 : KvFormat::kE4m3;
+  if (extra_format) {
+    s.extra = testing::ExtraShape{.num_blocks = 2, .block_size = block_size, .max_entries = 3, .index_cols = 3,
+                                  .format = *extra_format};
+  }
+  return s;
+}
+
+// FlashMLA's block strides: B * 584 bytes rounded up to a multiple of 576.
+TEST(ReferenceModel1, TheFixtureLaysBlocksOutAsFlashMla) {
+  const std::vector<std::pair<int64_t, int64_t>> strides = {{1, 1152}, {2, 1728}, {64, 37440}, {256, 149760}};
+  for (const auto& [block_size, stride] : strides) {
+    HostProblem p(model1_problem(block_size, true, KvFormat::kModel1), 1);
+    const DecodeArgs a = p.args();
+    EXPECT_EQ(a.stride_kv_block, stride) << block_size;
+    EXPECT_EQ(a.extra.stride_kv_block, stride) << block_size;
+    EXPECT_EQ(a.stride_kv_token, 576);
+    EXPECT_EQ(a.inv_scale, nullptr);
+    EXPECT_EQ(a.num_scales, 0);
+  }
+}
+
+// Random entries (holes, ids past the slots, repeats, poisoned columns past the length) at block
+// sizes 1, 2, 64 and 256, with both sources in kModel1, one in each format, and the window alone,
+// and a block stride padded by one more 576-byte unit.
+TEST(ReferenceModel1, MatchesTheDenseDecoderAcrossBlockSizesAndFormats) {
+  const std::vector<std::pair<bool, std::optional<KvFormat>>> formats = {
+      {true, KvFormat::kModel1}, {true, KvFormat::kE4m3}, {false, KvFormat::kModel1}, {true, std::nullopt}};
+  uint64_t seed = 0;
+  for (const int64_t block_size : {1, 2, 64, 256}) {
+    for (const auto& [window_model1, extra_format] : formats) {
+      ++seed;
+      ProblemShape s = model1_problem(block_size, window_model1, extra_format);
+      if (seed % 3 == 0) s.kv_block_pad = 576;
+      HostProblem p(s, seed);
+      maybe_set_sinks(p, seed);
+      const int64_t S = p.num_slots();
+      const ColumnDraw window{Source::kWindow, s.window_size, s.index_cols, S - 1, S - 1, S + 5};
+      for (int64_t t = 0; t < s.num_tokens; ++t) draw_columns(p, window, t, p.rng().uniform_int(-1, 4));
+      if (extra_format) {
+        const int64_t X = p.num_slots(Source::kExtra);
+        const ColumnDraw extra{Source::kExtra, 3, 3, X - 1, X - 1, X};
+        for (int64_t t = 0; t < s.num_tokens; ++t) draw_columns(p, extra, t, p.rng().uniform_int(0, 3));
+      }
+      const std::string label = "B " + std::to_string(block_size) + " window " + (window_model1 ? "model1" : "e4m3") +
+                                " extra " + (extra_format ? (*extra_format == KvFormat::kModel1 ? "model1" : "e4m3") : "none");
+      expect_matches_dense(p.args(), label.c_str());
+    }
+  }
+}
+
+// One entry, so its weight is exactly 1 and out is the row itself: scale bytes 0 and 254 (2^-127,
+// 2^127) among others, e4m3 codes up to +-448 and the smallest subnormal, RoPE values at the bf16
+// extremes (largest finite, smallest subnormal, -0, most negative). The slot is offset 1 of block 1
+// (B = 2); offset 0 of that block, its row and its scale row, stays poisoned.
+TEST(ReferenceModel1, EdgeScalesAndRopeExtremesComeOutExactly) {
+  HostProblem p(model1_problem(2, true, std::nullopt), 3);
+  for (int64_t t = 0; t < 3; ++t) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t d = 0; d < 512; ++d) p.set_q(t, h, d, 0.0f);  // scores 0: the huge rows cannot overflow exp
+    }
+  }
+  const std::vector<uint8_t> codes = {0x01, 0x7E, 0xFE, 0x38, 0x00, 0x80, 0x55};
+  const std::array<uint8_t, 7> scales = {0, 254, 127, 1, 253, 128, 126};
+  const std::vector<uint16_t> rope = {0x7F7F, 0x0001, 0x8000, 0xFF7F, 0x3F80};
+  p.set_model1_row(3, codes, scales, rope);
+  p.set_len(0, 1);
+  p.set_index_raw(0, 0, 3);
+  const DecodeArgs a = p.args();
+  ASSERT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  const reference::Result r = reference::compute(a);
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t d = 0; d < 448; ++d) {
+      const double want = std::ldexp(static_cast<double>(e4m3_via_binary32(codes[d % codes.size()])),
+                                     scales[d / 64] - 127);
+      EXPECT_EQ(r.out_at(0, h, d), want) << "d=" << d;
+    }
+    for (int64_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(r.out_at(0, h, 448 + i), static_cast<double>(bf16_value(rope[i % rope.size()]))) << "i=" << i;
+    }
+    EXPECT_EQ(r.lse_at(0, h), 0.0);
+  }
+  EXPECT_EQ(r.out_at(0, 0, 64), 448 * 0x1p127);       // code 0x7E at d = 64, scale byte 254
+  EXPECT_EQ(r.out_at(0, 0, 0), 0x1p-9 * 0x1p-127);    // code 0x01 at d = 0, scale byte 0
+  EXPECT_EQ(r.out_at(0, 0, 448), 0x1.FEp127);          // bf16 0x7F7F
+  EXPECT_EQ(r.out_at(0, 0, 449), 0x1p-133);            // bf16 0x0001
+  expect_matches_dense(a, "edge scales and RoPE values");
+  // run() rounds once to bf16: the RoPE values come back bit for bit (-0 as 0: out sums from +0).
+  ASSERT_TRUE(reference::run(a).ok());
+  EXPECT_EQ(p.out_bits(0, 0, 448), 0x7F7F);
+  EXPECT_EQ(p.out_bits(0, 0, 449), 0x0001);
+  EXPECT_EQ(p.out_bits(0, 0, 451), 0xFF7F);
+  EXPECT_EQ(p.out_bits(0, 0, 452), 0x3F80);
+}
+
+// The poison is live: naming a row never filled, or poisoning the one scale byte a filled row uses
+// for a group, turns the result into NaN; the pad byte of a scale row and the other rows' footers
+// stay poisoned and are never read.
+TEST(ReferenceModel1, PoisonedRowsAndFootersShowWhenRead) {
+  HostProblem p(model1_problem(2, true, std::nullopt), 4);
+  p.set_len(0, 1);
+  p.set_index(0, 0, 1);  // fills slot 1 (block 0, offset 1); slot 0 shares its block and stays poisoned
+  ASSERT_EQ(p.model1_scales(1)[7], testing::kUe8m0NaN);  // the pad byte
+  ASSERT_EQ(p.model1_scales(0)[0], testing::kUe8m0NaN);
+  expect_matches_dense(p.args(), "one filled row beside poisoned ones");
+
+  HostProblem unfilled(model1_problem(2, true, std::nullopt), 4);
+  unfilled.set_len(0, 1);
+  unfilled.set_index_raw(0, 0, 0);
+  EXPECT_TRUE(std::isnan(reference::compute(unfilled.args()).out_at(0, 0, 0)));
+  EXPECT_TRUE(std::isnan(reference::compute(unfilled.args()).out_at(0, 0, 500)));  // the RoPE part too
+
+  p.model1_scales(1)[6] = testing::kUe8m0NaN;  // the scale of dims 384..447: the score is NaN
+  EXPECT_TRUE(std::isnan(reference::compute(p.args()).out_at(0, 0, 0)));
+}
+
+// Both sources reading one kModel1 cache count each entry twice, as the window naming it twice
+// (moderate scales: the dense version's LSE has no max shift).
+TEST(ReferenceModel1, BothSourcesOnOneModel1Cache) {
+  const std::vector<int64_t> slots = {3, 0, 5};
+  ProblemShape doubled_shape = model1_problem(2, true, std::nullopt);
+  doubled_shape.window_size = doubled_shape.index_cols = 6;
+  HostProblem doubled(doubled_shape, 8);
+  ProblemShape s = model1_problem(2, true, std::nullopt);
+  s.extra = testing::ExtraShape{.max_entries = 3, .index_cols = 3, .shares_window_cache = true};
+  HostProblem same(s, 8);
+  for (HostProblem* p : {&doubled, &same}) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const auto step = static_cast<uint8_t>(i);
+      p->set_model1_row(slots[i], {static_cast<uint8_t>(0x30 + step), 0xB9}, {120, 127, 130, 125, 129, 126, 128},
+                        {static_cast<uint16_t>(0x3F00 + step), 0xBF80});
+    }
+  }
+  set_columns(doubled, {3, 0, 5, 3, 0, 5}, Source::kWindow);
+  set_columns(same, slots, Source::kWindow);
+  set_columns(same, slots, Source::kExtra);
+  const DecodeArgs a = same.args();
+  ASSERT_EQ(a.extra.format, KvFormat::kModel1);
+  ASSERT_EQ(a.extra.kv_cache, a.kv_cache);
+  ASSERT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  expect_same_result(a, doubled.args(), "one kModel1 cache, two sources");
+  expect_matches_dense(a, "one kModel1 cache, two sources");
 }
 
 TEST(ReferenceRun, DecodeOnCpuReadsTheExtraSource) {

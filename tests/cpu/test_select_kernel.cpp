@@ -620,6 +620,37 @@ TEST(QuerySupport, DecodeShapeDescribesTheExtraSource) {
   EXPECT_EQ(window_only.extra_kv_last_row_offset, 0);
 }
 
+// No GPU kernel reads kModel1 rows yet: decode_shape carries each source's format and every family
+// refuses a kModel1 source, naming it; the CPU backend runs it.
+TEST(QuerySupport, Model1SourcesRunOnTheCpuAndNoGpuFamilyTakesThemYet) {
+  for (const bool extra_model1 : {false, true}) {
+    ProblemShape s = with_extra_source(deepseek_like(128, 512));
+    (extra_model1 ? s.extra->format : s.kv_format) = KvFormat::kModel1;
+    HostProblem p(s, 17);
+    const std::string field = extra_model1 ? "extra.format" : "kv_format";
+    const DecodeShape described = decode_shape(make_params(args_for(p, Backend::kCuda)));
+    EXPECT_EQ(described.window_format, extra_model1 ? KvFormat::kE4m3 : KvFormat::kModel1);
+    EXPECT_EQ(described.extra_format, extra_model1 ? KvFormat::kModel1 : KvFormat::kE4m3);
+    EXPECT_EQ(model1_source(described), field);
+    for (const KernelRecord* record : kernel_records()) {
+      if (!record->why_not(with_extra(shape(128, 128)), kH200).empty()) continue;  // a family this build lacks
+      EXPECT_EQ(record->why_not(described, kH200),
+                std::string("the ") + record->family + " kernel reads no kModel1 rows yet, got " + field + " = kModel1");
+      const SupportInfo forced = query_support_on(args_for(p, Backend::kCuda), kH200, record->id);
+      EXPECT_FALSE(forced.supported) << record->family;
+    }
+    const SupportInfo free_choice = query_support_on(args_for(p, Backend::kCuda), kH200);
+    EXPECT_FALSE(free_choice.supported);
+    EXPECT_TRUE(contains(free_choice.why_not, "the portable kernel reads no kModel1 rows yet, got " + field))
+        << free_choice.why_not;
+    EXPECT_TRUE(query_support(args_for(p, Backend::kCpu)).supported);
+  }
+  DecodeShape no_extra = shape(128, 128);  // extra_format means nothing without an extra source
+  no_extra.extra_format = KvFormat::kModel1;
+  EXPECT_EQ(model1_source(no_extra), nullptr);
+  EXPECT_NE(select_kernel(no_extra, kH200).kernel, nullptr);
+}
+
 TEST(QuerySupport, CudaShapesAgainstADescribedDevice) {
   HostProblem good(deepseek_like(128, 512), 2);
   const SupportInfo info = query_support_on(args_for(good, Backend::kCuda), kH200);

@@ -263,26 +263,88 @@ TEST(Validation, EveryBadExtraSourceArgumentNamesExtraFieldExpectedAndActual) {
   expect_each_invalid(shape_with_extra(), cases);
 }
 
-// The engines' 584-byte rows are declared (KvFormat::kModel1) but nothing reads them yet: valid
-// input that no backend runs, refused for either source; a value outside the enum is invalid.
-TEST(Validation, Model1RowsAreNotSupportedYetAndUnknownFormatsAreInvalid) {
-  HostProblem p(shape_with_extra(), 7);
-  for (const bool extra : {false, true}) {
-    DecodeArgs a = p.args();
-    KvFormat& format = extra ? a.extra.format : a.kv_format;
-    const std::string field = extra ? "extra.format" : "kv_format";
-    format = KvFormat::kModel1;
-    for (const Backend backend : {Backend::kCpu, Backend::kCuda}) {
-      a.backend = backend;
-      const Status status = decode(a);
-      EXPECT_EQ(status.code, StatusCode::kNotSupported) << field << ": " << status.message;
-      EXPECT_EQ(status.message, field + " must be KvFormat::kE4m3 (0): kModel1 rows are not read yet, got 1");
-    }
-    format = static_cast<KvFormat>(7);
-    const Status unknown = validate_args(a);
-    EXPECT_EQ(unknown.code, StatusCode::kInvalidArgument) << unknown.message;
-    EXPECT_EQ(unknown.message, field + " must be KvFormat::kE4m3 (0), got 7");
-  }
+// Both sources in the engines' 584-byte rows (KvFormat::kModel1, docs/semantics.md "Row formats"):
+// D = 512, the window in blocks of 2 (stride 1,728) and the extra source in blocks of 3 (3 * 584 =
+// 1,752 rounded up to 2,304), so a message naming the wrong source's value shows.
+ProblemShape model1_shape() {
+  ProblemShape s = small_shape();
+  s.head_dim = 512;
+  s.block_size = 2;
+  s.kv_format = KvFormat::kModel1;
+  s.extra = testing::ExtraShape{.num_blocks = 2, .block_size = 3, .max_entries = 6, .index_cols = 7,
+                                .format = KvFormat::kModel1};
+  return s;
+}
+
+// kModel1 keeps its scales in the cache, so inv_scale, its dtype and num_scales are not checked; the
+// CPU backend runs it, and on CUDA the arguments are valid (the dispatch refuses them,
+// test_select_kernel.cpp).
+TEST(Validation, Model1SourcesPassWithoutInvScale) {
+  HostProblem p(model1_shape(), 7);
+  DecodeArgs a = p.args();
+  ASSERT_EQ(a.stride_kv_block, 1728);
+  ASSERT_EQ(a.extra.stride_kv_block, 2304);
+  ASSERT_EQ(a.inv_scale, nullptr);
+  ASSERT_EQ(a.extra.inv_scale, nullptr);
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  a.inv_scale_dtype = static_cast<DType>(9);
+  a.extra.inv_scale_dtype = static_cast<DType>(9);
+  a.num_scales = -1;
+  a.extra.num_scales = -1;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  EXPECT_TRUE(decode(a).ok()) << decode(a).message;
+  a.extra.stride_kv_block = 2304 + 576;  // more padding, still a multiple of 576
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  a.backend = Backend::kCuda;
+  EXPECT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+}
+
+TEST(Validation, Model1RulesNameTheFieldTheExpectedAndTheActualValue) {
+  const std::vector<BadCase> cases = {
+      {"model1 head_dim", [](DecodeArgs& a) { a.head_dim = 8; },
+       {"head_dim must be 512 when kv_format is kModel1 (448 e4m3 dims and 64 bf16 RoPE dims a row), got 8"}},
+      {"model1 row stride", [](DecodeArgs& a) { a.stride_kv_token = 584; },
+       {"stride_kv_token must be 576 when kv_format is kModel1 (448 e4m3 bytes and 64 bf16 values a row), got 584"}},
+      {"model1 block stride short", [](DecodeArgs& a) { a.stride_kv_block = 1152; },
+       {"stride_kv_block must be >= block_size * 584 = 1168 when kv_format is kModel1 (576-byte rows, then "
+        "8-byte scale rows), got 1152"}},
+      {"model1 block stride unpadded", [](DecodeArgs& a) { a.stride_kv_block = 1168; },
+       {"stride_kv_block must be a multiple of 576 when kv_format is kModel1 (FlashMLA pads each block to a "
+        "multiple of 576 bytes), got 1168"}},
+      {"model1 block stride overflow", [](DecodeArgs& a) { a.stride_kv_block = int64_t{576} << 53; },
+       {"stride_kv_block * (size - 1) must fit in int64 for kv_cache, got stride 5188146770730811392 with size 3"}},
+      {"model1 cache alignment",
+       [](DecodeArgs& a) { a.kv_cache = static_cast<const uint8_t*>(a.kv_cache) + 1; },
+       {"kv_cache must be aligned to 2 bytes (the bf16 RoPE values of kModel1 rows), got address 0x"}},
+      {"extra model1 row stride", [](DecodeArgs& a) { a.extra.stride_kv_token = 512; },
+       {"extra.stride_kv_token must be 576 when extra.format is kModel1 (448 e4m3 bytes and 64 bf16 values a row), "
+        "got 512"}},
+      {"extra model1 block stride short", [](DecodeArgs& a) { a.extra.stride_kv_block = 1728; },
+       {"extra.stride_kv_block must be >= extra.block_size * 584 = 1752 when extra.format is kModel1", "got 1728"}},
+      {"extra model1 block stride unpadded", [](DecodeArgs& a) { a.extra.stride_kv_block = 1752; },
+       {"extra.stride_kv_block must be a multiple of 576 when extra.format is kModel1 (FlashMLA pads each block to "
+        "a multiple of 576 bytes), got 1752"}},
+      {"extra model1 cache alignment",
+       [](DecodeArgs& a) { a.extra.kv_cache = static_cast<const uint8_t*>(a.extra.kv_cache) + 3; },
+       {"extra.kv_cache must be aligned to 2 bytes (the bf16 RoPE values of kModel1 rows), got address 0x"}},
+      {"unknown window format", [](DecodeArgs& a) { a.kv_format = static_cast<KvFormat>(7); },
+       {"kv_format must be KvFormat::kE4m3 (0) or KvFormat::kModel1 (1), got 7"}},
+      {"unknown extra format", [](DecodeArgs& a) { a.extra.format = static_cast<KvFormat>(-1); },
+       {"extra.format must be KvFormat::kE4m3 (0) or KvFormat::kModel1 (1), got -1"}},
+  };
+  expect_each_invalid(model1_shape(), cases);
+}
+
+// head_dim is the call's: a kModel1 extra source needs 512 even when the window is kE4m3 and takes
+// any, and the message names the source whose format asks for it.
+TEST(Validation, Model1ExtraSourceNeedsHeadDim512) {
+  ProblemShape s = shape_with_extra();
+  s.extra->format = KvFormat::kModel1;
+  HostProblem p(s, 7);
+  const Status status = validate_args(p.args());
+  EXPECT_EQ(status.code, StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message,
+            "head_dim must be 512 when extra.format is kModel1 (448 e4m3 dims and 64 bf16 RoPE dims a row), got 8");
 }
 
 TEST(Validation, AnExtraSourceWithoutACacheIsNoneAndNeverChecked) {
