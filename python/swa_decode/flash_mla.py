@@ -3,8 +3,8 @@
 DeepSeek-V4's "MODEL1" cache (584-byte rows, docs/semantics.md "Row formats"). Switch with one
 import: ``from swa_decode import flash_mla as flash_mla_interface``.
 
-Differences from FlashMLA: any h_q from 1 to 128 (FlashMLA pads to 64 or 128 heads); topk any
-positive width; ids outside the cache are never read (FlashMLA reads any id other than -1); no
+Differences from FlashMLA: any h_q from 1 to 128 (FlashMLA pads to 64 or 128 heads); topk up to
+limits.MAX_WINDOW for indices and limits.MAX_EXTRA_ENTRIES for the extra ones; ids outside the cache are never read (FlashMLA reads any id other than -1); no
 scheduler metadata and no scratch beyond out and lse. Until the GPU kernels read MODEL1 rows, a
 call on CUDA tensors raises the library's kNotSupported message (ValueError); CPU tensors run the
 float64 reference.
