@@ -542,6 +542,20 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
                            std::to_string(static_cast<int>(status.code)) + ": " + status.message);
 }
 
+// The scalar arguments of both entry points, in their order.
+DecodeScalars scalars_of(int64_t block_size, std::optional<double> scale,
+                         std::optional<int64_t> window_size, std::optional<int64_t> extra_block_size,
+                         std::optional<int64_t> extra_window, std::string kv_format,
+                         std::string extra_kv_format) {
+  return DecodeScalars{.block_size = block_size,
+                       .scale = scale,
+                       .window_size = window_size,
+                       .extra_block_size = extra_block_size,
+                       .extra_window = extra_window,
+                       .kv_format = std::move(kv_format),
+                       .extra_kv_format = std::move(extra_kv_format)};
+}
+
 template <class Array>
 std::optional<ArrayView> optional_view(const std::optional<Array>& a) {
   if (!a) return std::nullopt;
@@ -573,13 +587,8 @@ void decode(const InArray& q, const InArray& kv_cache, const std::optional<InArr
                             .extra_indices = optional_view(extra_indices),
                             .extra_lens = optional_view(extra_lens)};
   run_decode(arrays,
-             DecodeScalars{.block_size = block_size,
-                           .scale = scale,
-                           .window_size = window_size,
-                           .extra_block_size = extra_block_size,
-                           .extra_window = extra_window,
-                           .kv_format = std::move(kv_format),
-                           .extra_kv_format = std::move(extra_kv_format)},
+             scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
+                        std::move(kv_format), std::move(extra_kv_format)),
              stream, bf16_views);
 }
 
@@ -654,13 +663,8 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
     return false;
   }
   run_decode(a,
-             DecodeScalars{.block_size = block_size,
-                           .scale = scale,
-                           .window_size = window_size,
-                           .extra_block_size = extra_block_size,
-                           .extra_window = extra_window,
-                           .kv_format = std::move(kv_format),
-                           .extra_kv_format = std::move(extra_kv_format)},
+             scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
+                        std::move(kv_format), std::move(extra_kv_format)),
              stream, /*bf16_views=*/0);
   return true;
 }

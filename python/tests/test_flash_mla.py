@@ -327,3 +327,29 @@ def test_decode_format_errors():
     with pytest.raises(ValueError, match=re.escape(missing)):
         swa_decode.decode(q, kv, None, indices, lens, block_size=4, kv_format="model1",
                           extra_kv_cache=kv, extra_indices=indices, extra_kv_format="model1")
+
+
+# ---- CUDA tensors ----------------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_match_reference_or_are_refused_naming_the_format():
+    """Until a GPU kernel reads MODEL1 rows the library refuses the call (kNotSupported, naming
+    kv_format); once one does, this is the s_q = 2, extra-source case on the GPU."""
+    gen = torch.Generator().manual_seed(13)
+    live = list(range(0, 64, 2))
+    cache = filled_cache(gen, 2, 64, live)
+    lens = torch.tensor([9, 0], dtype=torch.int32)
+    indices = random_indices(gen, 2, 2, 16, live, lens, dead_slot=1)
+    q = make_q(gen, 2, 2, 64)
+    sink = torch.randn(64, generator=gen, dtype=torch.float32)
+    ref_out, ref_lse = reference(q, [(cache, indices, lens), (cache, indices, lens)],
+                                 512 ** -0.5, sink)
+    cuda_cache = cache.bytes.cuda()
+    view = cuda_cache.as_strided(cache.view().shape, cache.view().stride())
+    try:
+        out, lse = call(q.cuda(), view, indices.cuda(), topk_length=lens.cuda(),
+                        attn_sink=sink.cuda(), extra_k_cache=view,
+                        extra_indices_in_kvcache=indices.cuda(), extra_topk_length=lens.cuda())
+    except ValueError as error:
+        assert "kv_format" in str(error), error
+        return
+    check(out.cpu(), lse.cpu(), ref_out, ref_lse)
