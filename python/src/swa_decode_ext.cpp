@@ -176,41 +176,86 @@ struct SourceNames {
   const char* max_entries;  // the argument that says how many index columns are read
   const char* num_slots;    // the slot count as the scale-count message spells it
   int inv_scale_view;       // this source's bit of bf16_views
+  const char* format;       // the argument naming the source's row format
 };
 
 constexpr SourceNames kWindowNames{
     "kv_cache", "inv_scale",  "indices",
     "lens",     "block_size", "window_size",
-    "kv_cache.shape[0] * block_size (num_slots)", kViewInvScale};
+    "kv_cache.shape[0] * block_size (num_slots)", kViewInvScale, "kv_format"};
 constexpr SourceNames kExtraNames{
     "extra_kv_cache", "extra_inv_scale",  "extra_indices",
     "extra_lens",     "extra_block_size", "extra_window",
-    "extra_kv_cache.shape[0] * extra_block_size (num_slots)", kViewExtraInvScale};
+    "extra_kv_cache.shape[0] * extra_block_size (num_slots)", kViewExtraInvScale,
+    "extra_kv_format"};
+
+// The Python spellings of swa_decode::KvFormat.
+constexpr const char* kE4m3Name = "e4m3";
+constexpr const char* kModel1Name = "model1";
+
+swa_decode::KvFormat parsed_format(const std::string& value, const char* name) {
+  if (value == kE4m3Name) return swa_decode::KvFormat::kE4m3;
+  if (value == kModel1Name) return swa_decode::KvFormat::kModel1;
+  value_error(std::string(name) + " must be '" + kE4m3Name + "' or '" + kModel1Name + "', got '" +
+              value + "'");
+}
+
+// A kModel1 cache as the engines hold it (FlashMLA's k_cache): (num_blocks, block_size, 1, 584)
+// or (num_blocks, block_size, 584) bytes, a view whose last dimension is one row with its scale
+// row. Only its block stride says where rows are: a block is block_size rows of 576 bytes and then
+// block_size 8-byte scale rows, so the view's token stride (584) is not the rows' (576).
+constexpr int64_t kModel1ViewBytes = swa_decode::kModel1RowBytes + swa_decode::kModel1ScaleRowBytes;
+
+void check_model1_cache(const ArrayView& kv_cache, const SourceNames& names) {
+  if (kv_cache.ndim() != 3 && kv_cache.ndim() != 4) {
+    value_error(std::string(names.kv_cache) + " must be 4-D (num_blocks, block_size, 1, 584) or " +
+                "3-D (num_blocks, block_size, 584) for " + names.format + " 'model1', got " +
+                std::to_string(kv_cache.ndim()) + "-D");
+  }
+  if (kv_cache.ndim() == 4) {
+    check_dim(kv_cache, names.kv_cache, 2, 1, "1 (one KV head)");
+  }
+  check_dim(kv_cache, names.kv_cache, kv_cache.ndim() - 1, kModel1ViewBytes,
+            "a 'model1' row with its scale row (576 + 8 bytes)");
+}
 
 // One KV source as a swa_decode::KvSource, once everything its tensors carry agrees with q (T, D,
 // device), with block_size and with max_entries, and each tensor has a dtype the source takes.
-swa_decode::KvSource checked_source(const ArrayView& kv_cache, const ArrayView& inv_scale,
+// A kModel1 source keeps its scales in the cache: its inv_scale is not read (may be absent).
+swa_decode::KvSource checked_source(const ArrayView& kv_cache,
+                                    const std::optional<ArrayView>& inv_scale_arg,
                                     const ArrayView& indices, const ArrayView& lens,
                                     int64_t block_size, int64_t max_entries,
-                                    const SourceNames& names, const ArrayView& q, int bf16_views) {
+                                    swa_decode::KvFormat format, const SourceNames& names,
+                                    const ArrayView& q, int bf16_views) {
+  const bool model1 = format == swa_decode::KvFormat::kModel1;
+  if (!model1 && !inv_scale_arg) {
+    value_error(std::string(names.inv_scale) + " is required for " + names.format + " '" +
+                kE4m3Name + "' (only '" + kModel1Name + "' keeps its scales in the cache)");
+  }
   // ---- ranks and shapes ----
-  check_ndim(kv_cache, names.kv_cache, 3, "(num_blocks, block_size, head_dim)");
-  if (inv_scale.ndim() == 2) {
-    if (inv_scale.shape(1) != 1) {
+  if (model1) {
+    check_model1_cache(kv_cache, names);  // head_dim = 512 is validate_args' rule for the format
+  } else {
+    check_ndim(kv_cache, names.kv_cache, 3, "(num_blocks, block_size, head_dim)");
+    check_dim(kv_cache, names.kv_cache, 2, q.shape(2), "q.shape[2] (head_dim)");
+    const ArrayView& inv_scale = *inv_scale_arg;
+    if (inv_scale.ndim() == 2) {
+      if (inv_scale.shape(1) != 1) {
+        value_error(std::string(names.inv_scale) +
+                    ".shape[1] must equal 1 (a (num_slots, 1) scale), got " +
+                    std::to_string(inv_scale.shape(1)));
+      }
+    } else if (inv_scale.ndim() != 1) {
       value_error(std::string(names.inv_scale) +
-                  ".shape[1] must equal 1 (a (num_slots, 1) scale), got " +
-                  std::to_string(inv_scale.shape(1)));
+                  " must be 1-D (num_slots,) or 2-D (num_slots, 1), got " +
+                  std::to_string(inv_scale.ndim()) + "-D");
     }
-  } else if (inv_scale.ndim() != 1) {
-    value_error(std::string(names.inv_scale) +
-                " must be 1-D (num_slots,) or 2-D (num_slots, 1), got " +
-                std::to_string(inv_scale.ndim()) + "-D");
   }
   check_ndim(indices, names.indices, 2, "(num_tokens, index_cols)");
   check_ndim(lens, names.lens, 1, "(num_tokens,)");
 
   const auto num_tokens = q.shape(0);
-  check_dim(kv_cache, names.kv_cache, 2, q.shape(2), "q.shape[2] (head_dim)");
   // DecodeArgs has one block_size per source, so the argument and the view must agree: a larger
   // block_size maps slot b * block_size + o to row o >= kv_cache.shape[1] of block b, outside the
   // view (in the last block, past the allocation); a smaller one maps slots to rows the caller did
@@ -219,51 +264,45 @@ swa_decode::KvSource checked_source(const ArrayView& kv_cache, const ArrayView& 
   const auto num_blocks = kv_cache.shape(0);
   int64_t num_slots = 0;
   // An S that overflows int64 is validate_args' to report ("num_blocks * block_size must fit").
-  if (!__builtin_mul_overflow(num_blocks, block_size, &num_slots)) {
-    check_dim_at_least(inv_scale, names.inv_scale, 0, num_slots, names.num_slots);
+  if (!model1 && !__builtin_mul_overflow(num_blocks, block_size, &num_slots)) {
+    check_dim_at_least(*inv_scale_arg, names.inv_scale, 0, num_slots, names.num_slots);
   }
   check_dim_at_least(indices, names.indices, 1, max_entries, names.max_entries);
   check_dim(indices, names.indices, 0, num_tokens, "q.shape[0] (num_tokens)");
   check_dim(lens, names.lens, 0, num_tokens, "q.shape[0] (num_tokens)");
 
   // ---- unit innermost strides ----
-  check_unit_stride(kv_cache, names.kv_cache, 2);
-  check_unit_stride(inv_scale, names.inv_scale, 0);
+  check_unit_stride(kv_cache, names.kv_cache, kv_cache.ndim() - 1);
+  if (!model1) check_unit_stride(*inv_scale_arg, names.inv_scale, 0);
   check_unit_stride(indices, names.indices, 1);
   check_unit_stride(lens, names.lens, 0);
 
   // ---- q's device ----
   check_same_device(kv_cache, names.kv_cache, q);
-  check_same_device(inv_scale, names.inv_scale, q);
+  if (!model1) check_same_device(*inv_scale_arg, names.inv_scale, q);
   check_same_device(indices, names.indices, q);
   check_same_device(lens, names.lens, q);
 
   // ---- DLPack dtypes -> DecodeArgs dtypes ----
-  if (!is(kv_cache.dtype(), Code::UInt, 8) &&
-      !is(kv_cache.dtype(), static_cast<Code>(kDLFloat8E4M3FN), 8)) {
+  const bool bytes = is(kv_cache.dtype(), Code::UInt, 8) ||
+                     is(kv_cache.dtype(), static_cast<Code>(kDLFloat8E4M3FN), 8);
+  if (model1 && !bytes && !is(kv_cache.dtype(), Code::Int, 8)) {
+    // FlashMLA's k_cache: vLLM allocates uint8, SGLang int8 or float8_e4m3fn.
+    type_error(std::string(names.kv_cache) + " must have dtype uint8, int8 or float8_e4m3fn " +
+               "(the bytes of 'model1' rows) for " + names.format + " 'model1', got " +
+               dtype_name(kv_cache.dtype()));
+  }
+  if (!model1 && !bytes) {
     type_error(std::string(names.kv_cache) +
                " must have dtype uint8 or float8_e4m3fn (e4m3 bytes), got " +
                dtype_name(kv_cache.dtype()));
   }
-  swa_decode::DType inv_scale_dtype;
-  if (is_bf16(inv_scale.dtype(), bf16_views & names.inv_scale_view)) {
-    inv_scale_dtype = swa_decode::DType::kBFloat16;
-  } else if (is_f32(inv_scale.dtype())) {
-    inv_scale_dtype = swa_decode::DType::kFloat32;
-  } else {
-    type_error(std::string(names.inv_scale) + " must have dtype bfloat16 or float32, got " +
-               dtype_name(inv_scale.dtype()));
-  }
-
-  return swa_decode::KvSource{
+  swa_decode::KvSource source{
       .kv_cache = kv_cache.data(),
       .num_blocks = num_blocks,
       .block_size = block_size,
       .stride_kv_block = kv_cache.stride(0),
-      .stride_kv_token = kv_cache.stride(1),
-      .inv_scale = inv_scale.data(),
-      .inv_scale_dtype = inv_scale_dtype,
-      .num_scales = inv_scale.shape(0),
+      .stride_kv_token = model1 ? swa_decode::kModel1RowBytes : kv_cache.stride(1),
       .indices = indices.data(),
       .index_dtype = int_dtype(indices, names.indices),
       .index_cols = indices.shape(1),
@@ -271,7 +310,21 @@ swa_decode::KvSource checked_source(const ArrayView& kv_cache, const ArrayView& 
       .lens = lens.data(),
       .lens_dtype = int_dtype(lens, names.lens),
       .max_entries = max_entries,
+      .format = format,
   };
+  if (model1) return source;
+  const ArrayView& inv_scale = *inv_scale_arg;
+  if (is_bf16(inv_scale.dtype(), bf16_views & names.inv_scale_view)) {
+    source.inv_scale_dtype = swa_decode::DType::kBFloat16;
+  } else if (is_f32(inv_scale.dtype())) {
+    source.inv_scale_dtype = swa_decode::DType::kFloat32;
+  } else {
+    type_error(std::string(names.inv_scale) + " must have dtype bfloat16 or float32, got " +
+               dtype_name(inv_scale.dtype()));
+  }
+  source.inv_scale = inv_scale.data();
+  source.num_scales = inv_scale.shape(0);
+  return source;
 }
 
 // The extra source's arguments as the caller gave them: all of them, or none (then extra_window
@@ -283,6 +336,7 @@ struct ExtraArgs {
   const std::optional<ArrayView>& lens;
   std::optional<int64_t> block_size;
   std::optional<int64_t> window;
+  swa_decode::KvFormat format;
 
   bool any() const {
     return kv_cache || inv_scale || indices || lens || block_size || window;
@@ -292,6 +346,8 @@ struct ExtraArgs {
 // DecodeArgs::extra for the extra arguments: none given, no extra source (kv_cache == nullptr).
 swa_decode::KvSource checked_extra(const ExtraArgs& extra, const ArrayView& q, int bf16_views) {
   if (!extra.any()) return {};
+  // A 'model1' source keeps its scales in the cache: extra_inv_scale is optional there.
+  const bool needs_scales = extra.format != swa_decode::KvFormat::kModel1;
   const std::pair<const char*, bool> required[] = {
       {kExtraNames.kv_cache, extra.kv_cache.has_value()},
       {kExtraNames.inv_scale, extra.inv_scale.has_value()},
@@ -300,21 +356,23 @@ swa_decode::KvSource checked_extra(const ExtraArgs& extra, const ArrayView& q, i
       {kExtraNames.block_size, extra.block_size.has_value()}};
   std::string missing, given;
   for (const auto& [name, present] : required) {
+    if (!present && !needs_scales && name == kExtraNames.inv_scale) continue;
     std::string& list = present ? given : missing;
     list += (list.empty() ? "" : ", ") + std::string(name);
   }
   if (extra.window) given += (given.empty() ? "" : ", ") + std::string(kExtraNames.max_entries);
   if (!missing.empty()) {
-    value_error("an extra source needs extra_kv_cache, extra_inv_scale, extra_indices, extra_lens "
-                "and extra_block_size (extra_window is optional); missing " + missing +
-                " (given: " + given + ")");
+    value_error(std::string("an extra source needs extra_kv_cache, ") +
+                (needs_scales ? "extra_inv_scale, " : "") +
+                "extra_indices, extra_lens and extra_block_size (extra_window is optional); "
+                "missing " + missing + " (given: " + given + ")");
   }
   // A rank other than 2 is checked_source's to report; the default is not read then.
   const int64_t window =
       extra.window.value_or(extra.indices->ndim() == 2 ? extra.indices->shape(1) : 0);
   swa_decode::KvSource source =
-      checked_source(*extra.kv_cache, *extra.inv_scale, *extra.indices, *extra.lens,
-                     *extra.block_size, window, kExtraNames, q, bf16_views);
+      checked_source(*extra.kv_cache, extra.inv_scale, *extra.indices, *extra.lens,
+                     *extra.block_size, window, extra.format, kExtraNames, q, bf16_views);
   // An empty tensor may carry a null data pointer, and a null extra.kv_cache means "no extra
   // source" to the library: an extra cache without blocks would be dropped silently, not refused
   // by validate_args (for the window, num_blocks >= 1 is validate_args' to report).
@@ -336,7 +394,8 @@ std::string shape_string(const ArrayView& a) {  // as Python prints tuple(shape)
 
 // The arrays of one call, however they arrived; the optional ones are empty when not given.
 struct DecodeArrays {
-  ArrayView q, kv_cache, inv_scale, indices, lens, out;
+  ArrayView q, kv_cache, indices, lens, out;
+  std::optional<ArrayView> inv_scale;  // absent: only for kv_format 'model1'
   std::optional<ArrayView> attn_sink, lse;
   std::optional<ArrayView> extra_kv_cache, extra_inv_scale, extra_indices, extra_lens;
 };
@@ -348,6 +407,8 @@ struct DecodeScalars {
   std::optional<int64_t> window_size;  // default: indices.shape[-1]
   std::optional<int64_t> extra_block_size;
   std::optional<int64_t> extra_window;  // default: extra_indices.shape[1] (checked_extra)
+  std::string kv_format;                // the Python spelling, parsed_format's to check
+  std::string extra_kv_format;
 };
 
 // out[t, h, :] = attention of q[t, h, :] over token t's window entries and, with an extra
@@ -384,12 +445,13 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
   const int64_t window_size = s.window_size.value_or(indices.ndim() == 2 ? indices.shape(1) : 0);
 
   // ---- the KV sources ----
-  const swa_decode::KvSource window = checked_source(a.kv_cache, a.inv_scale, indices, a.lens,
-                                                     s.block_size, window_size, kWindowNames, q,
-                                                     bf16_views);
+  const swa_decode::KvSource window = checked_source(
+      a.kv_cache, a.inv_scale, indices, a.lens, s.block_size, window_size,
+      parsed_format(s.kv_format, kWindowNames.format), kWindowNames, q, bf16_views);
   const swa_decode::KvSource extra = checked_extra(
       ExtraArgs{a.extra_kv_cache, a.extra_inv_scale, a.extra_indices, a.extra_lens,
-                s.extra_block_size, s.extra_window},
+                s.extra_block_size, s.extra_window,
+                parsed_format(s.extra_kv_format, kExtraNames.format)},
       q, bf16_views);
 
   // ---- out, attn_sink, lse ----
@@ -440,6 +502,7 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
       .kv_cache = window.kv_cache,
       .stride_kv_block = window.stride_kv_block,
       .stride_kv_token = window.stride_kv_token,
+      .kv_format = window.format,
       .inv_scale = window.inv_scale,
       .inv_scale_dtype = window.inv_scale_dtype,
       .num_scales = window.num_scales,
@@ -479,6 +542,20 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
                            std::to_string(static_cast<int>(status.code)) + ": " + status.message);
 }
 
+// The scalar arguments of both entry points, in their order.
+DecodeScalars scalars_of(int64_t block_size, std::optional<double> scale,
+                         std::optional<int64_t> window_size, std::optional<int64_t> extra_block_size,
+                         std::optional<int64_t> extra_window, std::string kv_format,
+                         std::string extra_kv_format) {
+  return DecodeScalars{.block_size = block_size,
+                       .scale = scale,
+                       .window_size = window_size,
+                       .extra_block_size = extra_block_size,
+                       .extra_window = extra_window,
+                       .kv_format = std::move(kv_format),
+                       .extra_kv_format = std::move(extra_kv_format)};
+}
+
 template <class Array>
 std::optional<ArrayView> optional_view(const std::optional<Array>& a) {
   if (!a) return std::nullopt;
@@ -487,21 +564,22 @@ std::optional<ArrayView> optional_view(const std::optional<Array>& a) {
 
 // run_decode on DLPack arrays of any framework, imported by nanobind (versioned or legacy
 // capsules, objects with __dlpack__, the buffer protocol).
-void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
+void decode(const InArray& q, const InArray& kv_cache, const std::optional<InArray>& inv_scale,
             const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
             OutArray out, std::optional<OutArray> lse, int64_t block_size,
             std::optional<double> scale, std::optional<int64_t> window_size, uintptr_t stream,
             int bf16_views, const std::optional<InArray>& extra_kv_cache,
             const std::optional<InArray>& extra_inv_scale,
             const std::optional<InArray>& extra_indices, const std::optional<InArray>& extra_lens,
-            std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window) {
+            std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
+            std::string kv_format, std::string extra_kv_format) {
   using swa_decode_py::view_of;
   const DecodeArrays arrays{.q = view_of(q),
                             .kv_cache = view_of(kv_cache),
-                            .inv_scale = view_of(inv_scale),
                             .indices = view_of(indices),
                             .lens = view_of(lens),
                             .out = view_of(out),
+                            .inv_scale = optional_view(inv_scale),
                             .attn_sink = optional_view(attn_sink),
                             .lse = optional_view(lse),
                             .extra_kv_cache = optional_view(extra_kv_cache),
@@ -509,8 +587,8 @@ void decode(const InArray& q, const InArray& kv_cache, const InArray& inv_scale,
                             .extra_indices = optional_view(extra_indices),
                             .extra_lens = optional_view(extra_lens)};
   run_decode(arrays,
-             DecodeScalars{.block_size = block_size, .scale = scale, .window_size = window_size,
-                           .extra_block_size = extra_block_size, .extra_window = extra_window},
+             scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
+                        std::move(kv_format), std::move(extra_kv_format)),
              stream, bf16_views);
 }
 
@@ -549,7 +627,7 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
                      std::optional<int64_t> window_size, nb::handle extra_kv_cache,
                      nb::handle extra_inv_scale, nb::handle extra_indices, nb::handle extra_lens,
                      std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
-                     bool seed_rows) {
+                     std::string kv_format, std::string extra_kv_format, bool seed_rows) {
   const swa_decode_py::ExchangeApi* api = swa_decode_py::exchange_api_of(q.ptr());
   if (api == nullptr) return false;
   DecodeArrays a{};
@@ -567,7 +645,7 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
     *v = given;
     return true;
   };
-  if (!view(kv_cache, &a.kv_cache) || !view(inv_scale, &a.inv_scale) ||
+  if (!view(kv_cache, &a.kv_cache) || !view_if_given(inv_scale, &a.inv_scale) ||
       !view(indices, &a.indices) || !view(lens, &a.lens) || !view(out, &a.out) ||
       !view_if_given(attn_sink, &a.attn_sink) || !view_if_given(lse, &a.lse) ||
       !view_if_given(extra_kv_cache, &a.extra_kv_cache) ||
@@ -585,8 +663,8 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
     return false;
   }
   run_decode(a,
-             DecodeScalars{.block_size = block_size, .scale = scale, .window_size = window_size,
-                           .extra_block_size = extra_block_size, .extra_window = extra_window},
+             scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
+                        std::move(kv_format), std::move(extra_kv_format)),
              stream, /*bf16_views=*/0);
   return true;
 }
@@ -595,7 +673,7 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
 
 NB_MODULE(_C, m) {
   m.doc() = "swa_decode's native binding; use the functions of the swa_decode package instead.";
-  m.def("decode", &decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("inv_scale"),
+  m.def("decode", &decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("inv_scale").none(),
         nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
         nb::arg("window_size").none(), nb::arg("stream"), nb::arg("bf16_views") = 0,
@@ -603,19 +681,23 @@ NB_MODULE(_C, m) {
         nb::arg("extra_inv_scale").none() = nb::none(),
         nb::arg("extra_indices").none() = nb::none(), nb::arg("extra_lens").none() = nb::none(),
         nb::arg("extra_block_size").none() = nb::none(),
-        nb::arg("extra_window").none() = nb::none(),
+        nb::arg("extra_window").none() = nb::none(), nb::arg("kv_format") = kE4m3Name,
+        nb::arg("extra_kv_format") = kE4m3Name,
         "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
         "cudaStream_t as an integer, 0 = legacy default stream) and not waited for. scale and "
         "window_size default (None) to head_dim ** -0.5 and indices.shape[-1]; indices may be "
         "(1, T, W). The extra_* arguments are the optional second KV source (all of them or none; "
-        "extra_window defaults to extra_indices.shape[1]).");
+        "extra_window defaults to extra_indices.shape[1]). kv_format / extra_kv_format: 'e4m3' or "
+        "'model1' (584-byte rows with their scales; inv_scale may then be None).");
   m.def("decode_exchange", &decode_exchange, nb::arg("q"), nb::arg("kv_cache"),
-        nb::arg("inv_scale"), nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(),
+        nb::arg("inv_scale").none(), nb::arg("indices"), nb::arg("lens"),
+        nb::arg("attn_sink").none(),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
         nb::arg("window_size").none(), nb::arg("extra_kv_cache").none(),
         nb::arg("extra_inv_scale").none(), nb::arg("extra_indices").none(),
         nb::arg("extra_lens").none(), nb::arg("extra_block_size").none(),
-        nb::arg("extra_window").none(), nb::arg("seed_rows") = false,
+        nb::arg("extra_window").none(), nb::arg("kv_format") = kE4m3Name,
+        nb::arg("extra_kv_format") = kE4m3Name, nb::arg("seed_rows") = false,
         "decode() for arrays whose type has the DLPack C exchange API (torch.Tensor), read in "
         "place and run on the framework's current stream. Returns False, having run nothing, "
         "when an argument is not such an array on q's device (or q is on neither the CPU nor a "

@@ -7,6 +7,9 @@
 - ``native_swa_decode_attention(...)``: a drop-in for the seed's function of that name.
 - ``torch.ops.swa_decode.decode`` / ``decode_out``: the torch custom ops behind ``decode`` for
   torch tensors (registered when torch is importable), usable under torch.compile and CUDA graphs.
+- ``flash_mla``: FlashMLA's ``get_mla_metadata`` / ``flash_mla_with_kvcache`` (sparse decode on
+  the engines' 584-byte MODEL1 cache) over ``decode``, for vLLM and SGLang to switch with one import
+  (``from swa_decode import flash_mla as flash_mla_interface``); needs torch, imported on use.
 - ``limits``: ``GPU_HEAD_DIM``, ``MAX_GPU_HEADS``, ``MAX_WINDOW``, ``MAX_EXTRA_ENTRIES``, the
   library's own numbers.
 

@@ -50,7 +50,8 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
            scale: Optional[float] = None, window_size: Optional[int] = None, attn_sink=None,
            out=None, return_lse: bool = False, lse=None, stream=None, extra_kv_cache=None,
            extra_inv_scale=None, extra_indices=None, extra_lens=None,
-           extra_block_size: Optional[int] = None, extra_window: Optional[int] = None):
+           extra_block_size: Optional[int] = None, extra_window: Optional[int] = None,
+           kv_format: str = "e4m3", extra_kv_format: str = "e4m3"):
     """Sliding-window decode attention over a paged e4m3 KV cache (semantics: docs/semantics.md).
 
     q (T, H, D) bf16; kv_cache (num_blocks, block_size, D) uint8 or float8_e4m3fn e4m3 bytes
@@ -63,6 +64,15 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     extra_indices (T, >= extra_window) and extra_lens (T,), each with the window's dtypes and
     layout rules, and extra_block_size; give all five or none. extra_window (the extra index
     columns read per token, up to limits.MAX_EXTRA_ENTRIES) defaults to extra_indices.shape[-1].
+
+    kv_format / extra_kv_format: each source's row format (docs/semantics.md, "Row formats"):
+    "e4m3" (the above) or "model1", FlashMLA's k_cache for DeepSeek-V4 (vLLM's fp8_ds_mla): a
+    (num_blocks, block_size, 1, 584) or (num_blocks, block_size, 584) uint8, int8 or
+    float8_e4m3fn view whose blocks hold block_size 576-byte rows (448 e4m3 bytes, 64 bf16 RoPE
+    values) and then block_size 8-byte scale rows (7 UE8M0 bytes), the block stride padded to a
+    multiple of 576 bytes; D = 512. A "model1" source's scales are in the cache: its inv_scale is
+    not read and may be None. The CPU reference reads "model1"; on CUDA tensors the GPU kernels
+    do not read it yet and the call raises the library's kNotSupported message (ValueError).
 
     scale defaults to D ** -0.5, window_size to indices.shape[-1]. Returns out (T, H, D) bf16, or
     (out, lse) with lse (T, H) fp32 (natural log, without the sink) when return_lse. out= (and lse=)
@@ -80,6 +90,9 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
         window_size = _int_arg("window_size", window_size)
     if scale is not None:
         scale = float(scale)
+    _format_arg("kv_format", kv_format)
+    _format_arg("extra_kv_format", extra_kv_format)
+    formats = (kv_format, extra_kv_format)
     extra = None  # no extra source: nothing below looks at the extra_* arguments again
     if (extra_kv_cache is not None or extra_inv_scale is not None or extra_indices is not None
             or extra_lens is not None or extra_block_size is not None or extra_window is not None):
@@ -91,15 +104,25 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     if _torch is not None and isinstance(q, _torch.Tensor):
         if stream is None and _ops.eager(q):
             result = _ops.decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                                       return_lse, block_size, scale, window_size, extra)
+                                       return_lse, block_size, scale, window_size, extra,
+                                       formats=formats)
             if result is not None:
                 return result
         return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                              scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
-                             return_lse=return_lse, lse=lse, stream=stream, extra=extra)
+                             return_lse=return_lse, lse=lse, stream=stream, extra=extra,
+                             formats=formats)
     return _decode_dlpack(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                           scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
-                          return_lse=return_lse, lse=lse, stream=stream, extra=extra)
+                          return_lse=return_lse, lse=lse, stream=stream, extra=extra,
+                          formats=formats)
+
+
+def _format_arg(name: str, value) -> None:
+    """A row format is a str; which ones exist is the binding's to say."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str ('e4m3' or 'model1'), got {type(value).__name__} "
+                        f"{value!r}")
 
 
 class _Extra(NamedTuple):
@@ -145,6 +168,7 @@ def native_swa_decode_attention(q, swa_kv_cache, swa_inv_scale, swa_indices, swa
                   scale=scale, window_size=window_size)
 
 
+_NO_EXTRA = (None,) * 6  # the extra_* arguments of the ops and the binding when there is none
 _INDICES_LAYOUT = _C.INDICES_LAYOUT  # the binding's, which reads (1, T, W) indices as (T, W)
 
 
@@ -177,7 +201,7 @@ def _first_rows(x, name: str, num_tokens: int):
 # ---------------------------------------------------------------------------------------------
 
 def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                  attn_sink, out, return_lse, lse, stream, extra):
+                  attn_sink, out, return_lse, lse, stream, extra, formats):
     if stream is not None:
         raise ValueError("stream= is for DLPack arrays; torch tensors run on the current stream "
                          "(use `with torch.cuda.stream(s):`), got stream=" + repr(stream))
@@ -197,16 +221,16 @@ def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, w
     if lse is not None and out is None:
         raise ValueError("lse= needs out= as well (without out= the op allocates both)")
 
-    extra_args = () if extra is None else extra
+    extra_args = _NO_EXTRA if extra is None else tuple(extra)
     if out is None:
         out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
                                      block_size, scale, window_size, bool(return_lse),
-                                     *extra_args)
+                                     *extra_args, *formats)
         return (out_t, lse_t) if return_lse else out_t
     if return_lse and lse is None:
         lse = _torch.empty((q.shape[0], q.shape[1]), dtype=_torch.float32, device=q.device)
     _ops.decode_out_op(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                      block_size, scale, window_size, *extra_args)
+                      block_size, scale, window_size, *extra_args, *formats)
     return (out, lse) if return_lse else out
 
 
@@ -273,7 +297,7 @@ def _as_uint8_if_float8(kv_cache):
 
 
 def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                   attn_sink, out, return_lse, lse, stream, extra):
+                   attn_sink, out, return_lse, lse, stream, extra, formats):
     device = _dlpack_device(q, "q")
     named = [("kv_cache", kv_cache), ("inv_scale", inv_scale), ("indices", indices),
              ("lens", lens), ("attn_sink", attn_sink), ("out", out), ("lse", lse)]
@@ -313,7 +337,7 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
         # legacy default stream is 1 there, 0 being reserved).
         return x.__dlpack__(stream=stream_handle if stream_handle != 0 else 1)
 
-    extra_args = ()
+    extra_args = _NO_EXTRA
     if extra is not None:
         extra_inv_scale, bf16_views = _as_uint16_if_bf16(extra.inv_scale, _C.kViewExtraInvScale,
                                                          bf16_views)
@@ -322,5 +346,5 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
 
     _C.decode(export(q), export(kv_cache), export(inv_scale), export(indices), export(lens),
               export(attn_sink), export(out_arg), export(lse), block_size, scale,
-              window_size, stream_handle, bf16_views, *extra_args)
+              window_size, stream_handle, bf16_views, *extra_args, *formats)
     return (out, lse) if return_lse else out

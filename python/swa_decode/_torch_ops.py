@@ -53,7 +53,8 @@ def _requires_grad(q, kv_cache, inv_scale, attn_sink, extra) -> bool:
     """Whether an input the op reads as floating point requires grad (or is not a tensor, which
     the ops' path reports)."""
     try:
-        if (q.requires_grad or kv_cache.requires_grad or inv_scale.requires_grad
+        if (q.requires_grad or kv_cache.requires_grad
+                or (inv_scale is not None and inv_scale.requires_grad)
                 or (attn_sink is not None and attn_sink.requires_grad)):
             return True
     except AttributeError:
@@ -75,12 +76,14 @@ _increment_versions = _version_bumper()
 
 
 def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, return_lse,
-                 block_size, scale, window_size, extra, seed_rows=False):
+                 block_size, scale, window_size, extra, seed_rows=False,
+                 formats=("e4m3", "e4m3")):
     """decode() for torch tensors outside any trace (``eager(q)``), without the dispatcher: what
     ``decode_op`` / ``decode_out_op`` would return, or None, having run nothing, when the call must
     take them instead (an argument the binding cannot read in place; lse= without out=; an output
     the ops would tie to autograd). Writes into out= / lse= without allocating. seed_rows: indices
-    and lens may have more rows than q, as native_swa_decode_attention takes them."""
+    and lens may have more rows than q, as native_swa_decode_attention takes them. formats: the
+    window's and the extra source's row formats (kv_format, extra_kv_format)."""
     if out is None:
         if lse is not None:
             return None  # the ops' path says why
@@ -95,7 +98,8 @@ def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, ret
     if return_lse and lse is None:
         lse = q.new_empty(q.shape[:2], dtype=torch.float32)
     if not _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                              block_size, scale, window_size, *(extra or _NO_EXTRA), seed_rows):
+                              block_size, scale, window_size, *(extra or _NO_EXTRA), *formats,
+                              seed_rows):
         return None
     if mutated:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
         _increment_versions(mutated if lse is None else (out, lse))
@@ -115,6 +119,10 @@ def _as_e4m3_bytes(kv_cache: torch.Tensor) -> torch.Tensor:
     return kv_cache.view(torch.uint8) if kv_cache.dtype == torch.float8_e4m3fn else kv_cache
 
 
+def _optional_capsule(t: Optional[torch.Tensor]):
+    return None if t is None else _capsule(t)
+
+
 def _current_stream(device: torch.device) -> int:
     if _raw_stream is not None:
         return _raw_stream(device.index)
@@ -123,23 +131,22 @@ def _current_stream(device: torch.device) -> int:
 
 def _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
             window_size, extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
-            extra_block_size, extra_window) -> None:
+            extra_block_size, extra_window, kv_format, extra_kv_format) -> None:
     # The extra source's arguments go through as given: the binding checks all-or-nothing.
     if _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size,
                           scale, window_size, extra_kv_cache, extra_inv_scale, extra_indices,
-                          extra_lens, extra_block_size, extra_window):
+                          extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format):
         return
     # torch without the exchange API, or a tensor it cannot describe, or tensors on several
     # devices (which the binding then reports): DLPack capsules.
     stream = _current_stream(q.device) if q.device.type == "cuda" else 0
     _C.decode(
-        _capsule(q), _capsule(_as_e4m3_bytes(kv_cache)), _capsule(inv_scale), _capsule(indices),
-        _capsule(lens), None if attn_sink is None else _capsule(attn_sink), _capsule(out),
-        None if lse is None else _capsule(lse), block_size, scale, window_size, stream, 0,
+        _capsule(q), _capsule(_as_e4m3_bytes(kv_cache)), _optional_capsule(inv_scale),
+        _capsule(indices), _capsule(lens), _optional_capsule(attn_sink), _capsule(out),
+        _optional_capsule(lse), block_size, scale, window_size, stream, 0,
         None if extra_kv_cache is None else _capsule(_as_e4m3_bytes(extra_kv_cache)),
-        None if extra_inv_scale is None else _capsule(extra_inv_scale),
-        None if extra_indices is None else _capsule(extra_indices),
-        None if extra_lens is None else _capsule(extra_lens), extra_block_size, extra_window)
+        _optional_capsule(extra_inv_scale), _optional_capsule(extra_indices),
+        _optional_capsule(extra_lens), extra_block_size, extra_window, kv_format, extra_kv_format)
 
 
 def _lse_shape(q: torch.Tensor, return_lse: bool):
@@ -150,36 +157,39 @@ def _lse_shape(q: torch.Tensor, return_lse: bool):
 
 # scale and window_size may be None (the binding's defaults: head_dim ** -0.5, indices.shape[-1]);
 # indices may be (1, T, W). The extra source (the compressed entries in the same softmax) is the
-# last six arguments of both ops, all defaulting to None: callers of the window-only schema keep
-# working unchanged.
+# six arguments after the window's, all defaulting to None: callers of the window-only schema keep
+# working unchanged. kv_format / extra_kv_format ("e4m3" or "model1") come last; a "model1"
+# source's inv_scale is not read and may be None.
 @torch.library.custom_op("swa_decode::decode", mutates_args=())
-def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: torch.Tensor,
+def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch.Tensor],
               indices: torch.Tensor, lens: torch.Tensor, attn_sink: Optional[torch.Tensor],
               block_size: int, scale: Optional[float], window_size: Optional[int],
               return_lse: bool, extra_kv_cache: Optional[torch.Tensor] = None,
               extra_inv_scale: Optional[torch.Tensor] = None,
               extra_indices: Optional[torch.Tensor] = None,
               extra_lens: Optional[torch.Tensor] = None, extra_block_size: Optional[int] = None,
-              extra_window: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+              extra_window: Optional[int] = None, kv_format: str = "e4m3",
+              extra_kv_format: str = "e4m3") -> tuple[torch.Tensor, torch.Tensor]:
     """out (T, H, D) bf16 and lse (T, H) fp32 (or (0,) without return_lse); see docs/semantics.md."""
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(_lse_shape(q, return_lse), dtype=torch.float32, device=q.device)
     _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse if return_lse else None,
             block_size, scale, window_size, extra_kv_cache, extra_inv_scale, extra_indices,
-            extra_lens, extra_block_size, extra_window)
+            extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format)
     return out, lse
 
 
 @decode_op.register_fake
 def _decode_fake(q, kv_cache, inv_scale, indices, lens, attn_sink, block_size, scale,
                  window_size, return_lse, extra_kv_cache=None, extra_inv_scale=None,
-                 extra_indices=None, extra_lens=None, extra_block_size=None, extra_window=None):
+                 extra_indices=None, extra_lens=None, extra_block_size=None, extra_window=None,
+                 kv_format="e4m3", extra_kv_format="e4m3"):
     return (q.new_empty(q.shape, dtype=torch.bfloat16),
             q.new_empty(_lse_shape(q, return_lse), dtype=torch.float32))
 
 
 @torch.library.custom_op("swa_decode::decode_out", mutates_args=("out", "lse"))
-def decode_out_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: torch.Tensor,
+def decode_out_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch.Tensor],
                   indices: torch.Tensor, lens: torch.Tensor, attn_sink: Optional[torch.Tensor],
                   out: torch.Tensor, lse: Optional[torch.Tensor], block_size: int,
                   scale: Optional[float], window_size: Optional[int],
@@ -188,15 +198,17 @@ def decode_out_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: torch.Tens
                   extra_indices: Optional[torch.Tensor] = None,
                   extra_lens: Optional[torch.Tensor] = None,
                   extra_block_size: Optional[int] = None,
-                  extra_window: Optional[int] = None) -> None:
+                  extra_window: Optional[int] = None, kv_format: str = "e4m3",
+                  extra_kv_format: str = "e4m3") -> None:
     """Writes into the caller's out (T, H, D) bf16 and optional lse (T, H) fp32."""
     _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
             window_size, extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
-            extra_block_size, extra_window)
+            extra_block_size, extra_window, kv_format, extra_kv_format)
 
 
 @decode_out_op.register_fake
 def _decode_out_fake(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
                      window_size, extra_kv_cache=None, extra_inv_scale=None, extra_indices=None,
-                     extra_lens=None, extra_block_size=None, extra_window=None):
+                     extra_lens=None, extra_block_size=None, extra_window=None,
+                     kv_format="e4m3", extra_kv_format="e4m3"):
     return None

@@ -1,0 +1,355 @@
+"""swa_decode.flash_mla (FlashMLA's sparse-decode entry point) and decode(kv_format="model1") on CPU
+tensors (the float64 reference), against a MODEL1 packer and decoder of this file's own, written
+from the spec (docs/semantics.md, "Row formats"), and a float64 attention in torch.
+
+Every byte of a cache that no valid entry names is 0xFF: NaN as e4m3, as bf16 and as UE8M0, so a
+read of an unused row, footer or pad shows as NaN in the output."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import swa_decode  # noqa: E402
+from swa_decode import flash_mla as flash_mla_interface  # noqa: E402 (the engines' spelling)
+
+D, NOPE, ROPE = 512, 448, 64
+ROW, SCALE_ROW = 576, 8          # a row's bytes: 448 e4m3 + 64 * 2 bf16; a scale row: 7 UE8M0 + 1
+GROUP = 64                       # e4m3 dims per UE8M0 scale
+E4M3_MAX = 448.0
+POISON = 0xFF
+
+
+def block_stride(block_size: int, extra_rows: int = 0) -> int:
+    """B rows and B scale rows, rounded up to a multiple of 576, plus extra_rows * 576 bytes."""
+    return (-(-block_size * (ROW + SCALE_ROW) // ROW) + extra_rows) * ROW
+
+
+class Model1Cache:
+    """A MODEL1 cache of num_blocks blocks of block_size rows; write() packs float rows into slots.
+    view(dtype) is FlashMLA's k_cache: (num_blocks, B, 1, 584) over the padded blocks."""
+
+    def __init__(self, num_blocks: int, block_size: int, extra_rows: int = 0):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.stride = block_stride(block_size, extra_rows)
+        self.bytes = torch.full((num_blocks * self.stride,), POISON, dtype=torch.uint8)
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def _row_at(self, slot: int) -> int:
+        return (slot // self.block_size) * self.stride + (slot % self.block_size) * ROW
+
+    def _scales_at(self, slot: int) -> int:
+        block = slot // self.block_size
+        return block * self.stride + self.block_size * ROW + (slot % self.block_size) * SCALE_ROW
+
+    def write(self, slot: int, row: torch.Tensor) -> None:
+        """Quantizes dims 0..447 to e4m3 with a power-of-two scale per 64 dims (the smallest that
+        keeps the group within e4m3's range), keeps 448..511 as bf16; the pad byte stays 0xFF."""
+        nope = row[:NOPE].double().view(NOPE // GROUP, GROUP)
+        amax = nope.abs().amax(dim=1).clamp_min(2.0 ** -100)
+        exponent = torch.ceil(torch.log2(amax / E4M3_MAX))
+        codes = (nope / torch.exp2(exponent)[:, None]).to(torch.float8_e4m3fn)
+        start = self._row_at(slot)
+        self.bytes[start:start + NOPE] = codes.reshape(-1).view(torch.uint8)
+        rope = row[NOPE:].to(torch.bfloat16).contiguous().view(torch.uint8)
+        self.bytes[start + NOPE:start + ROW] = rope
+        scales = self._scales_at(slot)
+        self.bytes[scales:scales + NOPE // GROUP] = (exponent + 127).to(torch.uint8)
+
+    def decoded(self, slot: int) -> torch.Tensor:
+        """Slot's 512 float64 values, read back from the bytes (UE8M0 255 and unwritten rows are
+        NaN)."""
+        start = self._row_at(slot)
+        codes = self.bytes[start:start + NOPE].clone().view(torch.float8_e4m3fn).double()
+        scale_bytes = self.bytes[self._scales_at(slot):][:NOPE // GROUP].double()
+        scales = torch.where(scale_bytes == 255, math.nan, torch.exp2(scale_bytes - 127))
+        rope = self.bytes[start + NOPE:start + ROW].clone().view(torch.bfloat16).double()
+        return torch.cat([(codes.view(-1, GROUP) * scales[:, None]).reshape(-1), rope])
+
+    def view(self, dtype=torch.uint8) -> torch.Tensor:
+        flat = self.bytes.view(dtype)
+        return flat.as_strided((self.num_blocks, self.block_size, 1, ROW + SCALE_ROW),
+                               (self.stride, ROW + SCALE_ROW, ROW + SCALE_ROW, 1))
+
+
+def filled_cache(gen, num_blocks, block_size, live_slots, extra_rows=0) -> Model1Cache:
+    """A cache whose live_slots hold random rows (RoPE values about 1, e4m3 groups at scales from
+    2^-6 to 2^3); every other slot keeps its poison."""
+    cache = Model1Cache(num_blocks, block_size, extra_rows)
+    for slot in live_slots:
+        row = torch.randn(D, generator=gen, dtype=torch.float64)
+        group_scale = torch.exp2(torch.randint(-6, 4, (NOPE // GROUP,), generator=gen).double())
+        row[:NOPE] *= group_scale.repeat_interleave(GROUP)
+        cache.write(int(slot), row)
+    return cache
+
+
+def reference(q, sources, softmax_scale, attn_sink):
+    """float64 attention: sources = [(cache, indices (b, s_q, topk), lens (b,) or None)]; a valid
+    entry is one of the first lens columns with an id other than -1. Returns out (b, s_q, h_q, D)
+    and lse (b, h_q, s_q), lse +inf for a row with no entry (FlashMLA's convention)."""
+    batch, s_q, h_q, _ = q.shape
+    out = torch.zeros(batch, s_q, h_q, D, dtype=torch.float64)
+    lse = torch.full((batch, h_q, s_q), math.inf, dtype=torch.float64)
+    for b in range(batch):
+        for s in range(s_q):
+            rows = []
+            for cache, indices, lens in sources:
+                count = indices.shape[2] if lens is None else int(lens[b])
+                rows += [cache.decoded(int(i)) for i in indices[b, s, :count] if int(i) != -1]
+            if not rows:
+                continue
+            kv = torch.stack(rows)                          # (n, D)
+            scores = q[b, s].double() @ kv.T * softmax_scale  # (h_q, n)
+            top = scores.amax(dim=1, keepdim=True)
+            if attn_sink is not None:
+                top = torch.maximum(top, attn_sink.double()[:, None])
+            weights = torch.exp(scores - top)
+            denominator = weights.sum(dim=1, keepdim=True)
+            lse[b, :, s] = (torch.log(denominator) + top)[:, 0]
+            if attn_sink is not None:
+                denominator = denominator + torch.exp(attn_sink.double()[:, None] - top)
+            out[b, s] = weights @ kv / denominator
+    return out, lse
+
+
+def random_indices(gen, batch, s_q, topk, live_slots, lens, dead_slot):
+    """(b, s_q, topk) int32: columns before lens[b] name live slots (some -1), the rest a poisoned
+    slot, so that reading past a length shows as NaN."""
+    live = torch.as_tensor(live_slots)
+    picks = live[torch.randint(0, len(live), (batch, s_q, topk), generator=gen)].int()
+    picks[torch.rand(batch, s_q, topk, generator=gen) < 0.1] = -1
+    if lens is not None:
+        past = torch.arange(topk)[None, None, :] >= lens.long()[:, None, None]
+        picks[past.expand_as(picks)] = dead_slot
+    return picks
+
+
+def make_q(gen, batch, s_q, h_q):
+    return torch.randn(batch, s_q, h_q, D, generator=gen).to(torch.bfloat16)
+
+
+def check(out, lse, ref_out, ref_lse):
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert not out.isnan().any(), "a poisoned byte was read"
+    torch.testing.assert_close(out.double(), ref_out, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-3, rtol=1e-4)
+
+
+def call(q, cache, indices, **kwargs):
+    metadata, num_splits = flash_mla_interface.get_mla_metadata()
+    return flash_mla_interface.flash_mla_with_kvcache(
+        q, cache, None, None, 512, metadata, num_splits, is_fp8_kvcache=True, indices=indices,
+        **kwargs)
+
+
+# ---- against the float64 reference ----------------------------------------------------------
+@pytest.mark.parametrize("h_q", [8, 64, 128])
+@pytest.mark.parametrize("s_q", [1, 2])
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_matches_reference(h_q, s_q, with_extra):
+    gen = torch.Generator().manual_seed(h_q * 10 + s_q + with_extra)
+    batch, topk, block_size = 3, 32, 64
+    live = list(range(0, 3 * block_size, 3))  # every third slot of 4 blocks; slot 1 is poisoned
+    cache = filled_cache(gen, 4, block_size, live)
+    lens = torch.tensor([topk, 5, 17], dtype=torch.int32)
+    indices = random_indices(gen, batch, s_q, topk, live, lens, dead_slot=1)
+    q = make_q(gen, batch, s_q, h_q)
+    sink = torch.randn(h_q, generator=gen, dtype=torch.float32)
+    sources = [(cache, indices, lens)]
+    kwargs = {}
+    if with_extra:
+        extra_live = [1, 2, 3]  # of 2 blocks of 2 rows; slot 0 is poisoned
+        extra = filled_cache(gen, 2, 2, extra_live, extra_rows=1)  # a stride past the minimum
+        extra_lens = torch.tensor([0, 6, 3], dtype=torch.int32)
+        extra_indices = random_indices(gen, batch, s_q, 6, extra_live, extra_lens, dead_slot=0)
+        sources.append((extra, extra_indices, extra_lens))
+        kwargs = dict(extra_k_cache=extra.view(torch.int8),
+                      extra_indices_in_kvcache=extra_indices, extra_topk_length=extra_lens)
+    out, lse = call(q, cache.view(), indices, topk_length=lens, attn_sink=sink, **kwargs)
+    assert out.shape == (batch, s_q, h_q, D) and lse.shape == (batch, h_q, s_q)
+    check(out, lse, *reference(q, sources, 512 ** -0.5, sink))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.float8_e4m3fn])
+def test_every_column_counts_without_topk_length(dtype):
+    gen = torch.Generator().manual_seed(7)
+    live = [0, 2, 5, 6, 9]
+    cache = filled_cache(gen, 3, 4, live)
+    indices = random_indices(gen, 2, 1, 8, live, None, dead_slot=1)
+    q = make_q(gen, 2, 1, 16)
+    out, lse = call(q, cache.view(dtype), indices, softmax_scale=0.07)
+    check(out, lse, *reference(q, [(cache, indices, None)], 0.07, None))
+
+
+def test_empty_row_gets_zero_and_lse_plus_inf():
+    gen = torch.Generator().manual_seed(3)
+    cache = filled_cache(gen, 2, 4, [0, 3, 4])
+    indices = torch.tensor([[[0, 3, 4]], [[-1, -1, -1]], [[0, 3, 1]]], dtype=torch.int32)
+    lens = torch.tensor([3, 3, 0], dtype=torch.int32)
+    q = make_q(gen, 3, 1, 8)
+    out, lse = call(q, cache.view(), indices, topk_length=lens)
+    assert torch.isinf(lse[1:]).all() and (lse[1:] > 0).all(), lse
+    assert (out[1:] == 0).all()
+    check(out, lse, *reference(q, [(cache, indices, lens)], 512 ** -0.5, None))
+
+
+def test_out_is_written_in_place_and_metadata_is_reused():
+    gen = torch.Generator().manual_seed(4)
+    cache = filled_cache(gen, 2, 8, range(16))
+    metadata = flash_mla_interface.get_mla_metadata(None, 1, 1, num_heads_q=8, topk=4)
+    for batch, h_q in ((2, 8), (3, 4)):  # one metadata object for shapes it never saw
+        q = make_q(gen, batch, 1, h_q)
+        indices = torch.randint(0, 16, (batch, 1, 4), generator=gen, dtype=torch.int32)
+        out = torch.full((batch, 1, h_q, D), math.nan, dtype=torch.bfloat16)
+        result, lse = flash_mla_interface.flash_mla_with_kvcache(
+            q, cache.view(), None, None, 512, metadata, is_fp8_kvcache=True, indices=indices,
+            out=out)
+        assert result is out
+        check(out, lse, *reference(q, [(cache, indices, None)], 512 ** -0.5, None))
+
+
+# ---- playing an engine -----------------------------------------------------------------------
+def test_plays_vllm():
+    """vLLM: q (T, 1, H, 512), caches (nb, 64, 1, 584) uint8, a C4A layer's window and compressed
+    entries; the CUDA-graph padding rows past the real batch have lengths 0 (ids -1)."""
+    gen = torch.Generator().manual_seed(11)
+    real, padded, heads, block_size = 3, 5, 64, 64
+    live = list(range(0, 2 * block_size, 2))
+    window_cache = filled_cache(gen, 3, block_size, live)
+    compressed_cache = filled_cache(gen, 2, block_size, live[:20])
+    lens = torch.tensor([16, 9, 1, 0, 0], dtype=torch.int32)
+    extra_lens = torch.tensor([12, 0, 5, 0, 0], dtype=torch.int32)
+    indices = random_indices(gen, padded, 1, 16, live, lens, dead_slot=1)
+    extra_indices = random_indices(gen, padded, 1, 12, live[:20], extra_lens, dead_slot=1)
+    indices[real:] = -1
+    extra_indices[real:] = -1
+    q = make_q(gen, padded, 1, heads)
+    sink = torch.randn(heads, generator=gen, dtype=torch.float32)
+    out, lse = call(q, window_cache.view(), indices, topk_length=lens, attn_sink=sink,
+                    extra_k_cache=compressed_cache.view(), extra_indices_in_kvcache=extra_indices,
+                    extra_topk_length=extra_lens)
+    ref_out, ref_lse = reference(q, [(window_cache, indices, lens),
+                                     (compressed_cache, extra_indices, extra_lens)],
+                                 512 ** -0.5, sink)
+    check(out[:real], lse[:real], ref_out[:real], ref_lse[:real])
+    assert (out[real:] == 0).all() and (lse[real:] == math.inf).all()
+
+
+def test_plays_sglang():
+    """SGLang: padding rows name slot 0 with length 1; this rank's heads are the first 16 of 64,
+    the rest of q uninitialized (NaN here), which must not leak into the heads it checks."""
+    gen = torch.Generator().manual_seed(12)
+    real, padded, heads, rank_heads, block_size = 2, 4, 64, 16, 64
+    live = list(range(0, block_size))
+    cache = filled_cache(gen, 2, block_size, live)  # block 1 is poisoned
+    lens = torch.tensor([20, 7, 1, 1], dtype=torch.int32)
+    indices = random_indices(gen, padded, 1, 20, live, lens, dead_slot=block_size)
+    indices[real:, :, 0] = 0
+    q = make_q(gen, padded, 1, heads)
+    q[:, :, rank_heads:] = math.nan
+    out, lse = call(q, cache.view(torch.float8_e4m3fn), indices, topk_length=lens)
+    ref_out, ref_lse = reference(q[:, :, :rank_heads], [(cache, indices, lens)], 512 ** -0.5,
+                                 None)
+    check(out[:real, :, :rank_heads], lse[:real, :rank_heads], ref_out[:real],
+          ref_lse[:real])
+    assert out[real:, :, :rank_heads].isfinite().all()  # padding rows: slot 0, finite
+
+
+# ---- decode(kv_format=...) through each path -------------------------------------------------
+def model1_decode_case():
+    gen = torch.Generator().manual_seed(5)
+    cache = filled_cache(gen, 2, 4, [0, 1, 2, 5])
+    indices = torch.tensor([[0, 5, 2], [1, -1, 3]], dtype=torch.int32)
+    lens = torch.tensor([3, 2], dtype=torch.int32)
+    q = make_q(gen, 2, 1, 8)
+    ref_out, ref_lse = reference(q, [(cache, indices[:, None], lens)], 0.05, None)
+    kv = cache.view()[:, :, 0]  # (num_blocks, B, 584): the 3-D spelling
+    return q[:, 0], kv, indices, lens, ref_out[:, 0], ref_lse[:, :, 0]
+
+
+def test_decode_reads_model1_on_each_path():
+    q, kv, indices, lens, ref_out, ref_lse = model1_decode_case()
+    ref_lse = torch.where(ref_lse == math.inf, -math.inf, ref_lse)
+    eager_out, eager_lse = swa_decode.decode(q, kv, None, indices, lens, block_size=4, scale=0.05,
+                                             return_lse=True, kv_format="model1")
+    op_out, op_lse = torch.ops.swa_decode.decode(q, kv, None, indices, lens, None, 4, 0.05, None,
+                                                 True, kv_format="model1")
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32)
+    torch.ops.swa_decode.decode_out(q, kv, None, indices, lens, None, out, lse, 4, 0.05, None,
+                                    kv_format="model1")
+    for o, l in ((eager_out, eager_lse), (op_out, op_lse), (out, lse)):
+        check(o, l, ref_out, ref_lse)
+
+
+# ---- argument errors -------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(indices=None), NotImplementedError, "indices=None"),
+    (dict(causal=True), NotImplementedError, "causal=True"),
+    (dict(is_fp8_kvcache=False), NotImplementedError, "is_fp8_kvcache=False"),
+    (dict(head_dim_v=256), ValueError, "head_dim_v must be 512"),
+    (dict(topk_length=torch.ones(3, dtype=torch.int32)), ValueError, "topk_length must be"),
+    (dict(extra_topk_length=torch.ones(2, dtype=torch.int32)), ValueError, "need extra_k_cache"),
+])
+def test_flash_mla_argument_errors(kwargs, error, words):
+    gen = torch.Generator().manual_seed(6)
+    cache = filled_cache(gen, 1, 4, [0])
+    args = dict(q=make_q(gen, 2, 1, 8), k_cache=cache.view(), block_table=None,
+                cache_seqlens=None, head_dim_v=512, tile_scheduler_metadata=None,
+                is_fp8_kvcache=True, indices=torch.zeros(2, 1, 1, dtype=torch.int32))
+    args.update(kwargs)
+    with pytest.raises(error, match=words):
+        flash_mla_interface.flash_mla_with_kvcache(**args)
+
+
+def test_decode_format_errors():
+    q, kv, indices, lens, _, _ = model1_decode_case()
+    with pytest.raises(ValueError, match="kv_format must be 'e4m3' or 'model1', got 'fp8'"):
+        swa_decode.decode(q, kv, None, indices, lens, block_size=4, kv_format="fp8")
+    with pytest.raises(TypeError, match="extra_kv_format must be a str"):
+        swa_decode.decode(q, kv, None, indices, lens, block_size=4, extra_kv_format=1)
+    with pytest.raises(ValueError, match=r"kv_cache.shape\[2\] must equal .* = 584, got 576"):
+        swa_decode.decode(q, kv[..., :576], None, indices, lens, block_size=4,
+                          kv_format="model1")
+    with pytest.raises(ValueError, match="inv_scale is required for kv_format 'e4m3'"):
+        swa_decode.decode(q, kv, None, indices, lens, block_size=4)
+    with pytest.raises(TypeError, match="must have dtype uint8, int8 or float8_e4m3fn"):
+        swa_decode.decode(q, torch.zeros(2, 4, 584, dtype=torch.float16), None, indices, lens,
+                          block_size=4, kv_format="model1")
+    missing = "missing extra_lens, extra_block_size (given: extra_kv_cache, extra_indices)"
+    with pytest.raises(ValueError, match=re.escape(missing)):
+        swa_decode.decode(q, kv, None, indices, lens, block_size=4, kv_format="model1",
+                          extra_kv_cache=kv, extra_indices=indices, extra_kv_format="model1")
+
+
+# ---- CUDA tensors ----------------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_match_reference_or_are_refused_naming_the_format():
+    """Until a GPU kernel reads MODEL1 rows the library refuses the call (kNotSupported, naming
+    kv_format); once one does, this is the s_q = 2, extra-source case on the GPU."""
+    gen = torch.Generator().manual_seed(13)
+    live = list(range(0, 64, 2))
+    cache = filled_cache(gen, 2, 64, live)
+    lens = torch.tensor([9, 0], dtype=torch.int32)
+    indices = random_indices(gen, 2, 2, 16, live, lens, dead_slot=1)
+    q = make_q(gen, 2, 2, 64)
+    sink = torch.randn(64, generator=gen, dtype=torch.float32)
+    ref_out, ref_lse = reference(q, [(cache, indices, lens), (cache, indices, lens)],
+                                 512 ** -0.5, sink)
+    cuda_cache = cache.bytes.cuda()
+    view = cuda_cache.as_strided(cache.view().shape, cache.view().stride())
+    try:
+        out, lse = call(q.cuda(), view, indices.cuda(), topk_length=lens.cuda(),
+                        attn_sink=sink.cuda(), extra_k_cache=view,
+                        extra_indices_in_kvcache=indices.cuda(), extra_topk_length=lens.cuda())
+    except ValueError as error:
+        assert "kv_format" in str(error), error
+        return
+    check(out.cpu(), lse.cpu(), ref_out, ref_lse)
