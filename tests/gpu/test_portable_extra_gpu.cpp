@@ -33,6 +33,7 @@
 #include "src/common/window_rule.h"
 #include "src/reference/reference.h"
 #include "testing/cuda_check.h"
+#include "testing/device_args.h"
 #include "testing/device_buffer.h"
 #include "testing/host_numerics.h"
 #include "testing/host_problem.h"
@@ -49,57 +50,6 @@ using swa_decode::KernelId;
 constexpr int64_t kHeadDim = 512;
 constexpr int64_t kNoEntry = -1;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-size_t dtype_bytes(DType dtype) { return dtype == DType::kBFloat16 ? 2 : dtype == DType::kInt64 ? 8 : 4; }
-
-// Every tensor a host problem's arguments point at, copied to the device (a tensor both sources
-// share is copied once, so the device arguments share it too), and NaN-filled outputs.
-class DeviceProblem {
- public:
-  explicit DeviceProblem(const DecodeArgs& host) : args_(host) {
-    const int64_t T = host.num_tokens, H = host.num_heads;
-    args_.backend = swa_decode::Backend::kCuda;
-    args_.q = copy(host.q, ((T - 1) * host.stride_q_token + (H - 1) * host.stride_q_head + host.head_dim) * 2);
-    args_.kv_cache = copy(host.kv_cache, host.num_blocks * host.stride_kv_block);
-    args_.inv_scale = copy(host.inv_scale, host.num_scales * dtype_bytes(host.inv_scale_dtype));
-    args_.indices = copy(host.indices, T * host.stride_indices_token * dtype_bytes(host.index_dtype));
-    args_.lens = copy(host.lens, T * dtype_bytes(host.lens_dtype));
-    if (host.extra.kv_cache != nullptr) {
-      const swa_decode::KvSource& x = host.extra;
-      args_.extra.kv_cache = copy(x.kv_cache, x.num_blocks * x.stride_kv_block);
-      args_.extra.inv_scale = copy(x.inv_scale, x.num_scales * dtype_bytes(x.inv_scale_dtype));
-      args_.extra.indices = copy(x.indices, T * x.stride_indices_token * dtype_bytes(x.index_dtype));
-      args_.extra.lens = copy(x.lens, T * dtype_bytes(x.lens_dtype));
-    }
-    if (host.attn_sink != nullptr) args_.attn_sink = static_cast<const float*>(copy(host.attn_sink, H * 4));
-    out_ = st::DeviceBuffer(static_cast<size_t>(T * host.stride_out_token * 2));
-    lse_ = st::DeviceBuffer(static_cast<size_t>(T * host.stride_lse_token * 4));
-    out_.fill_bytes(0xFF);  // bf16 and fp32 NaN
-    lse_.fill_bytes(0xFF);
-    SWAD_TESTING_CUDA_CHECK(cudaDeviceSynchronize());
-    args_.out = out_.get();
-    args_.lse = lse_.as<float>();
-  }
-
-  const DecodeArgs& args() const { return args_; }
-  std::vector<uint16_t> out() const { return st::download_vector<uint16_t>(out_); }
-  std::vector<float> lse() const { return st::download_vector<float>(lse_); }
-
- private:
-  const void* copy(const void* host, int64_t bytes) {
-    for (const auto& [from, to] : copies_) {
-      if (from == host) return to.get();
-    }
-    st::DeviceBuffer buffer(static_cast<size_t>(bytes));
-    buffer.upload(host, static_cast<size_t>(bytes));
-    copies_.emplace_back(host, std::move(buffer));
-    return copies_.back().second.get();
-  }
-
-  DecodeArgs args_;
-  std::vector<std::pair<const void*, st::DeviceBuffer>> copies_;
-  st::DeviceBuffer out_, lse_;
-};
 
 // What a token reads from one source: its length and the id in each column (kNoEntry for a hole;
 // any id, in range or not, is allowed).
@@ -214,7 +164,7 @@ class PortableExtraGpu : public ::testing::Test {
     DecodeArgs host = problem.args();
     const swa_decode::Status reference = swa_decode::decode(host);
     EXPECT_TRUE(reference.ok()) << reference.message;
-    DeviceProblem device(host);
+    const st::DeviceArgs device(host);
     const swa_decode::SupportInfo support = swa_decode::query_support_for_kernel(device.args(), KernelId::kPortableMma);
     EXPECT_TRUE(support.supported) << support.why_not;
     if (!support.supported) return support.why_not;

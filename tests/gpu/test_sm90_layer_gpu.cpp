@@ -35,6 +35,7 @@
 #include "src/dispatch/select_kernel.h"
 #include "src/reference/reference.h"
 #include "testing/cuda_check.h"
+#include "testing/device_args.h"
 #include "testing/device_buffer.h"
 #include "testing/host_numerics.h"
 #include "testing/host_problem.h"
@@ -64,12 +65,6 @@ std::string text(const Parts&... parts) {
   stream.precision(9);
   (stream << ... << parts);
   return stream.str();
-}
-
-// Bytes of one element of an index, length or scale dtype.
-int64_t dtype_bytes(DType dtype) {
-  if (dtype == DType::kInt64) return 8;
-  return dtype == DType::kBFloat16 ? 2 : 4;
 }
 
 // ---- the problem ----
@@ -209,61 +204,6 @@ void build_problem(HostProblem& p, const LayerCase& c) {
     }
   }
 }
-
-// ---- the device copy ----
-
-// The bytes of every tensor a host DecodeArgs names, copied to the device once per distinct host
-// pointer (both sources may name one cache), and the same DecodeArgs over the copies.
-class DeviceProblem {
- public:
-  DeviceProblem(const DecodeArgs& host, cudaStream_t stream) : args_(host) {
-    const int64_t T = host.num_tokens, H = host.num_heads, D = host.head_dim;
-    const int64_t q_elements = (T - 1) * host.stride_q_token + (H - 1) * host.stride_q_head + D;
-    args_.q = mirror(host.q, q_elements * 2);
-    args_.kv_cache = mirror(host.kv_cache, host.num_blocks * host.stride_kv_block);
-    args_.inv_scale = mirror(host.inv_scale, host.num_scales * dtype_bytes(host.inv_scale_dtype));
-    args_.indices = mirror(host.indices, T * host.stride_indices_token * dtype_bytes(host.index_dtype));
-    args_.lens = mirror(host.lens, T * dtype_bytes(host.lens_dtype));
-    const swa_decode::KvSource& x = host.extra;
-    args_.extra.kv_cache = mirror(x.kv_cache, x.num_blocks * x.stride_kv_block);
-    args_.extra.inv_scale = mirror(x.inv_scale, x.num_scales * dtype_bytes(x.inv_scale_dtype));
-    args_.extra.indices = mirror(x.indices, T * x.stride_indices_token * dtype_bytes(x.index_dtype));
-    args_.extra.lens = mirror(x.lens, T * dtype_bytes(x.lens_dtype));
-    if (host.attn_sink != nullptr) args_.attn_sink = static_cast<const float*>(mirror(host.attn_sink, H * 4));
-    out_bytes_ = static_cast<size_t>(T * host.stride_out_token * 2);
-    args_.out = const_cast<void*>(mirror(host.out, static_cast<int64_t>(out_bytes_)));  // pre-poisoned by HostProblem
-    if (host.lse != nullptr) {
-      lse_bytes_ = static_cast<size_t>(T * host.stride_lse_token * 4);
-      args_.lse = static_cast<float*>(const_cast<void*>(mirror(host.lse, static_cast<int64_t>(lse_bytes_))));
-    }
-    args_.backend = swa_decode::Backend::kCuda;
-    args_.stream = stream;
-  }
-
-  const DecodeArgs& args() const { return args_; }
-  std::vector<uint16_t> out() const { return download<uint16_t>(args_.out, out_bytes_); }
-  std::vector<float> lse() const { return args_.lse == nullptr ? std::vector<float>{} : download<float>(args_.lse, lse_bytes_); }
-
- private:
-  const void* mirror(const void* host, int64_t bytes) {
-    for (const auto& [from, buffer] : copies_) {
-      if (from == host) return buffer.get();
-    }
-    copies_.emplace_back(host, st::DeviceBuffer(static_cast<size_t>(bytes)));
-    copies_.back().second.upload(host, static_cast<size_t>(bytes));
-    return copies_.back().second.get();
-  }
-  template <typename T>
-  std::vector<T> download(const void* device, size_t bytes) const {
-    std::vector<T> host(bytes / sizeof(T));
-    SWAD_TESTING_CUDA_CHECK(cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost));
-    return host;
-  }
-
-  DecodeArgs args_;
-  std::vector<std::pair<const void*, st::DeviceBuffer>> copies_;
-  size_t out_bytes_ = 0, lse_bytes_ = 0;
-};
 
 // ---- the reference, on every core ----
 
@@ -474,10 +414,9 @@ class GpuSm90Layer : public ::testing::Test {
     DecodeArgs host = p.args();
     if (!c.with_lse) host.lse = nullptr;
     st::Stream stream;
-    DeviceProblem device(host, stream.get());
-    // The copies ran on the legacy stream (pageable copies may still be in flight when they
-    // return), the decode runs on a non-blocking stream that does not wait for them.
-    SWAD_TESTING_CUDA_CHECK(cudaDeviceSynchronize());
+    // Uploaded and synchronized before it returns: the decode runs on a non-blocking stream that
+    // would not wait for copies on the legacy stream.
+    const st::DeviceArgs device(host, stream.get());
     const swa_decode::SupportInfo support = swa_decode::query_support_for_kernel(device.args(), KernelId::kSm90Wgmma);
     ASSERT_TRUE(support.supported) << support.why_not;
     EXPECT_EQ(support.kernel, "sm90_wgmma_layer");
