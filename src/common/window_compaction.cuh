@@ -74,7 +74,8 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
       valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(slot[k], src.num_slots);
-      scale[k] = valid[k] ? load_inv_scale(src, slot[k]) : 0.0f;
+      // A kModel1 row carries its scales (applied when it is dequantized): its entry's factor is 1.
+      scale[k] = valid[k] ? (src.is_model1 ? 1.0f : load_inv_scale(src, slot[k])) : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {

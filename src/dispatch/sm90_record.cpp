@@ -1,8 +1,9 @@
 // The Hopper fast path (wgmma, TMA, setmaxnreg; src/kernels/sm90/): one persistent CTA per SM runs
 // one token at a time with the whole window and all heads, so it needs the window in shared memory
 // and pays off only where there are enough heads and tokens to fill the machine. A shape with an
-// extra source runs on its layer kernel (decode_sm90_layer.cuh: the window and the extra entries
-// in tiles of 128, one token and 64 heads at a time), which needs the same of both sources' rows.
+// extra source, or rows in the kModel1 format, runs on its layer kernel (decode_sm90_layer.cuh: the
+// window and the extra entries in tiles of 128, one token and 64 heads at a time), which needs the
+// same of both sources' rows.
 #include <cstdint>
 #include <string>
 
@@ -37,28 +38,32 @@ std::string rows_why_not(const char* cache, int32_t alignment, int64_t last_row_
   return {};
 }
 
+// The window kernel reads seed rows of the window alone; the layer kernel reads either row format
+// in either source, the window alone included.
+bool runs_layer_kernel(const DecodeShape& shape) { return shape.has_extra || model1_source(shape) != nullptr; }
+
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";
   if (device.cc_major != 9 || device.cc_minor != 0) {
     return "the sm90 kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
            std::to_string(device.cc_minor);
   }
-  const char* model1 = model1_source(shape);
-  if (model1 != nullptr) return std::string("the sm90 kernel reads no kModel1 rows yet, got ") + model1 + " = kModel1";
   if (shape.window_size > sm90::kKeys) {
     return "the sm90 kernel holds the whole window in shared memory: window_size must be <= " +
            std::to_string(sm90::kKeys) + ", got " + std::to_string(shape.window_size);
   }
   std::string rows = rows_why_not("kv_cache", shape.kv_row_alignment, shape.kv_last_row_offset);
   if (!rows.empty()) return rows;
-  const int smem_bytes = shape.has_extra ? sm90::kLayerSmemBytes : sm90::kSmemBytes;
+  const int smem_bytes = runs_layer_kernel(shape) ? sm90::kLayerSmemBytes : sm90::kSmemBytes;
   if (device.smem_optin_bytes < smem_bytes) {
     return "the sm90 kernel needs " + std::to_string(smem_bytes) + " bytes of shared memory per block, device "
            "allows " + std::to_string(device.smem_optin_bytes);
   }
-  if (!shape.has_extra) return {};
-  rows = rows_why_not("extra.kv_cache", shape.extra_kv_row_alignment, shape.extra_kv_last_row_offset);
-  if (!rows.empty()) return rows;
+  if (!runs_layer_kernel(shape)) return {};
+  if (shape.has_extra) {
+    rows = rows_why_not("extra.kv_cache", shape.extra_kv_row_alignment, shape.extra_kv_last_row_offset);
+    if (!rows.empty()) return rows;
+  }
   // Work items (a token and 64 heads) are numbered in int32; gpu_why_not has checked num_heads.
   const int64_t slabs = sm90::layer_slabs(static_cast<int>(shape.num_heads));
   if (shape.num_tokens > INT32_MAX / slabs) {
@@ -74,9 +79,10 @@ bool preferred(const DecodeShape& shape, const DeviceInfo&) {
 }
 
 LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {
-  return LaunchPlan{.name = shape.has_extra ? "sm90_wgmma_layer" : "sm90_wgmma",
+  const bool layer = runs_layer_kernel(shape);
+  return LaunchPlan{.name = layer ? "sm90_wgmma_layer" : "sm90_wgmma",
                     .head_groups_per_cta = 0,
-                    .config = Sm90Launch{.persistent_ctas = device.num_sms, .layer = shape.has_extra}};
+                    .config = Sm90Launch{.persistent_ctas = device.num_sms, .layer = layer}};
 }
 
 }  // namespace

@@ -620,30 +620,35 @@ TEST(QuerySupport, DecodeShapeDescribesTheExtraSource) {
   EXPECT_EQ(window_only.extra_kv_last_row_offset, 0);
 }
 
-// No GPU kernel reads kModel1 rows yet: decode_shape carries each source's format and every family
-// refuses a kModel1 source, naming it; the CPU backend runs it.
-TEST(QuerySupport, Model1SourcesRunOnTheCpuAndNoGpuFamilyTakesThemYet) {
-  for (const bool extra_model1 : {false, true}) {
-    ProblemShape s = with_extra_source(deepseek_like(128, 512));
-    (extra_model1 ? s.extra->format : s.kv_format) = KvFormat::kModel1;
-    HostProblem p(s, 17);
-    const std::string field = extra_model1 ? "extra.format" : "kv_format";
-    const DecodeShape described = decode_shape(make_params(args_for(p, Backend::kCuda)));
-    EXPECT_EQ(described.window_format, extra_model1 ? KvFormat::kE4m3 : KvFormat::kModel1);
-    EXPECT_EQ(described.extra_format, extra_model1 ? KvFormat::kModel1 : KvFormat::kE4m3);
-    EXPECT_EQ(model1_source(described), field);
-    for (const KernelRecord* record : kernel_records()) {
-      if (!record->why_not(with_extra(shape(128, 128)), kH200).empty()) continue;  // a family this build lacks
-      EXPECT_EQ(record->why_not(described, kH200),
-                std::string("the ") + record->family + " kernel reads no kModel1 rows yet, got " + field + " = kModel1");
-      const SupportInfo forced = query_support_on(args_for(p, Backend::kCuda), kH200, record->id);
-      EXPECT_FALSE(forced.supported) << record->family;
+// decode_shape carries each source's format; the sm90 family reads kModel1 rows on its layer
+// kernel, window-only layers included, and a family that does not read them refuses naming the
+// field; the CPU backend runs them.
+TEST(QuerySupport, Model1SourcesRunOnTheCpuAndOnTheSm90LayerKernel) {
+  for (const bool has_extra : {false, true}) {
+    for (const bool extra_model1 : {false, true}) {
+      if (extra_model1 && !has_extra) continue;
+      ProblemShape s = deepseek_like(128, 512);
+      if (has_extra) s = with_extra_source(s);
+      (extra_model1 ? s.extra->format : s.kv_format) = KvFormat::kModel1;
+      HostProblem p(s, 17);
+      const std::string field = extra_model1 ? "extra.format" : "kv_format";
+      const DecodeShape described = decode_shape(make_params(args_for(p, Backend::kCuda)));
+      EXPECT_EQ(described.window_format, extra_model1 ? KvFormat::kE4m3 : KvFormat::kModel1);
+      EXPECT_EQ(model1_source(described), field);
+      for (const KernelRecord* record : kernel_records()) {
+        if (!record->why_not(with_extra(shape(128, 128)), kH200).empty()) continue;  // a family this build lacks
+        const std::string why_not = record->why_not(described, kH200);
+        if (record->id == KernelId::kSm90Wgmma) {
+          EXPECT_EQ(why_not, "") << field;
+          EXPECT_EQ(record->plan(described, kH200).name, "sm90_wgmma_layer") << field;
+          EXPECT_TRUE(query_support_on(args_for(p, Backend::kCuda), kH200, record->id).supported) << field;
+        } else if (!why_not.empty()) {
+          EXPECT_TRUE(contains(why_not, "got " + field + " = kModel1")) << why_not;
+          EXPECT_FALSE(query_support_on(args_for(p, Backend::kCuda), kH200, record->id).supported);
+        }
+      }
+      EXPECT_TRUE(query_support(args_for(p, Backend::kCpu)).supported);
     }
-    const SupportInfo free_choice = query_support_on(args_for(p, Backend::kCuda), kH200);
-    EXPECT_FALSE(free_choice.supported);
-    EXPECT_TRUE(contains(free_choice.why_not, "the portable kernel reads no kModel1 rows yet, got " + field))
-        << free_choice.why_not;
-    EXPECT_TRUE(query_support(args_for(p, Backend::kCpu)).supported);
   }
   DecodeShape no_extra = shape(128, 128);  // extra_format means nothing without an extra source
   no_extra.extra_format = KvFormat::kModel1;

@@ -33,12 +33,13 @@ std::vector<Region> shared_member_regions(const SmemLayout& layout) {
   std::vector<Region> regions;
   // 128-byte swizzle atoms are 1024 B; TMA's SW128 writes and the descriptors (base offset 0) need
   // each to start 1024-aligned.
-  for (int half = 0; half < kHalves; ++half) {
-    for (int block = 0; block < kBlocksPerHalf; ++block) {
-      const uint64_t index = static_cast<uint64_t>(half * kBlocksPerHalf + block);
-      regions.push_back({"kv[" + std::to_string(half) + "][" + std::to_string(block) + "]",
-                         plan + offsetof(Plan, kv) + index * sizeof(Plan::kv[0][0]), sizeof(Plan::kv[0][0]), 1024});
-    }
+  // The window kernel's tile is [half][block] (8 blocks of 128 keys), the layer kernel's ring
+  // [stage][block] (16 blocks of 64 keys).
+  constexpr uint64_t kBlocks = sizeof(Plan::kv) / sizeof(Plan::kv[0][0]);
+  constexpr uint64_t kBlocksPerOuter = sizeof(Plan::kv[0]) / sizeof(Plan::kv[0][0]);
+  for (uint64_t index = 0; index < kBlocks; ++index) {
+    regions.push_back({"kv[" + std::to_string(index / kBlocksPerOuter) + "][" + std::to_string(index % kBlocksPerOuter) + "]",
+                       plan + offsetof(Plan, kv) + index * sizeof(Plan::kv[0][0]), sizeof(Plan::kv[0][0]), 1024});
   }
   // staging: 16-byte cp.async destinations, its XOR swizzle laid out for 128-byte bank rows.
   regions.push_back({"staging", plan + offsetof(Plan, staging), sizeof(Plan::staging), 128});

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -76,6 +77,7 @@ struct SourceSpec {
   DType index_dtype = DType::kInt32;
   DType lens_dtype = DType::kInt32;
   DType inv_scale_dtype = DType::kBFloat16;
+  swa_decode::KvFormat format = swa_decode::KvFormat::kE4m3;  // kModel1: its own strides, kv pads ignored
   std::vector<int64_t> lens = {};  // the value written to lens, per token (cycled); empty: uniform in [0, limit]
   // Shares of the columns within a token's length: -1 holes, ids outside [0, num_slots) (ids past
   // the extra pool that would name window slots among them), repeats of an earlier valid slot.
@@ -142,12 +144,13 @@ st::ProblemShape problem_shape(const LayerCase& c) {
   s.inv_scale_dtype = c.window.inv_scale_dtype;
   s.index_dtype = c.window.index_dtype;
   s.lens_dtype = c.window.lens_dtype;
+  s.kv_format = c.window.format;
   s.extra = st::ExtraShape{.num_blocks = c.extra.num_blocks, .block_size = c.extra.block_size,
                            .max_entries = c.extra.limit, .index_cols = c.extra.limit + kColumnsPastLimit,
                            .kv_token_pad = c.extra.kv_token_pad, .kv_block_pad = c.extra.kv_block_pad,
                            .index_pad = 5, .inv_scale_dtype = c.extra.inv_scale_dtype,
                            .index_dtype = c.extra.index_dtype, .lens_dtype = c.extra.lens_dtype,
-                           .shares_window_cache = c.shared_cache};
+                           .format = c.extra.format, .shares_window_cache = c.shared_cache};
   return s;
 }
 
@@ -276,7 +279,7 @@ std::map<int64_t, TokenReference> reference_of(const DecodeArgs& a, const std::v
 // Largest |dequantized k| over token t's valid entries of both sources (0 for an empty token):
 // the tolerance's scale (testing/check.h, Tolerance).
 template <class Src>
-double source_kmax(const Src& s, int64_t limit, int64_t t, int64_t head_dim) {
+double source_kmax(const Src& s, swa_decode::KvFormat format, int64_t limit, int64_t t, int64_t head_dim) {
   const auto read_int = [](const void* base, DType dtype, int64_t i) {
     return dtype == DType::kInt64 ? static_cast<const int64_t*>(base)[i] : static_cast<const int32_t*>(base)[i];
   };
@@ -286,11 +289,27 @@ double source_kmax(const Src& s, int64_t limit, int64_t t, int64_t head_dim) {
   for (int64_t c = 0; c < columns; ++c) {
     const int64_t slot = read_int(s.indices, s.index_dtype, t * s.stride_indices_token + c);
     if (!swa_decode::slot_is_valid(slot, num_slots)) continue;
+    const uint8_t* block = static_cast<const uint8_t*>(s.kv_cache) + slot / s.block_size * s.stride_kv_block;
+    const uint8_t* row = block + slot % s.block_size * s.stride_kv_token;
+    if (format == swa_decode::KvFormat::kModel1) {  // docs/semantics.md, "Row formats"
+      const uint8_t* scales = block + s.block_size * swa_decode::kModel1RowBytes +
+                              slot % s.block_size * swa_decode::kModel1ScaleRowBytes;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        double value = 0.0;
+        if (d < swa_decode::kModel1E4m3Dims) {
+          value = swa_decode::reference::decode_e4m3(row[d]) * swa_decode::reference::decode_ue8m0(scales[d / 64]);
+        } else {
+          uint16_t bits = 0;
+          std::memcpy(&bits, row + swa_decode::kModel1E4m3Dims + 2 * (d - swa_decode::kModel1E4m3Dims), 2);
+          value = swa_decode::reference::bf16_to_float(bits);
+        }
+        kmax = std::max(kmax, std::fabs(value));
+      }
+      continue;
+    }
     const double scale = s.inv_scale_dtype == DType::kFloat32
                              ? static_cast<const float*>(s.inv_scale)[slot]
                              : swa_decode::reference::bf16_to_float(static_cast<const uint16_t*>(s.inv_scale)[slot]);
-    const uint8_t* row = static_cast<const uint8_t*>(s.kv_cache) + slot / s.block_size * s.stride_kv_block +
-                         slot % s.block_size * s.stride_kv_token;
     for (int64_t d = 0; d < head_dim; ++d) {
       kmax = std::max(kmax, std::fabs(swa_decode::reference::decode_e4m3(row[d]) * scale));
     }
@@ -329,7 +348,8 @@ Report check(const LayerCase& c, const DecodeArgs& host, const std::vector<uint1
   Report r;
   r.compared_tokens = static_cast<int64_t>(tokens.size());
   for (int64_t t : tokens) {
-    const double kmax = std::max(source_kmax(host, host.window_size, t, D), source_kmax(host.extra, host.extra.max_entries, t, D));
+    const double kmax = std::max(source_kmax(host, host.kv_format, host.window_size, t, D),
+                                 source_kmax(host.extra, host.extra.format, host.extra.max_entries, t, D));
     const TokenReference& ref = refs.at(t);
     for (int64_t h = 0; h < H; ++h) {
       if (nan_head(h)) continue;
@@ -506,6 +526,33 @@ TEST_F(GpuSm90Layer, EmptyAndOneSidedTokens) {
         {11, Source::kWindow, 0, 128, -5},  // 11: nothing at all, one tile of negative ids
     };
     run_case(c);
+  }
+}
+
+// kModel1 rows (448 e4m3 bytes with 7 power-of-two scales in the block's footer, 64 bf16 RoPE
+// values) in either source or both, beside seed rows in the other: the layer kernel dequantizes
+// each subtile by its source's format. Blocks of 2 (C128A's compressed cache) and 64, holes,
+// duplicates and ids out of range, every unused row and footer poisoned.
+TEST_F(GpuSm90Layer, Model1RowsInEitherSource) {
+  using swa_decode::KvFormat;
+  for (const auto& [window_format, extra_format] :
+       std::vector<std::pair<KvFormat, KvFormat>>{{KvFormat::kModel1, KvFormat::kE4m3},
+                                                  {KvFormat::kE4m3, KvFormat::kModel1},
+                                                  {KvFormat::kModel1, KvFormat::kModel1}}) {
+    for (const int64_t heads : {16, 128}) {
+      LayerCase c = layer_case(9, heads, {.limit = 700, .num_blocks = 512, .block_size = 2, .holes = 0.05,
+                                          .out_of_range = 0.05, .duplicates = 0.1},
+                               {0.5f, -1.0f}, 500 + static_cast<uint64_t>(heads));
+      c.window.format = window_format;
+      c.extra.format = extra_format;
+      c.window.holes = 0.05;
+      c.window.duplicates = 0.1;
+      c.window.lens = {128, 0, 100, 128, 1, 64, 65, 128, -1};
+      c.extra.lens = {700, 300, 0, 1, 129, 64, 65, 640, 700};
+      SCOPED_TRACE(text("window ", window_format == KvFormat::kModel1 ? "model1" : "seed", ", extra ",
+                        extra_format == KvFormat::kModel1 ? "model1" : "seed", ", H ", heads));
+      run_case(c);
+    }
   }
 }
 

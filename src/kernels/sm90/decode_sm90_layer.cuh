@@ -8,8 +8,9 @@
 //  * producer (WG 0): warp 3 compacts the item's valid entries a tile ahead, window first, then
 //    the extra source 128 index columns at a time, each chunk a tile of at most 128 entries
 //    (TileRecord), and loads the item's q by TMA (64 KiB, resident for all its tiles); warps 0-2
-//    gather each tile's rows and dequantize them into the bf16 K/V tile, a 256-dim half at a time;
-//  * two consumers (WG 1, 2) hold the same 64 heads: each computes the tile's S = Q K^T (the
+//    gather each tile's rows 64 keys (a subtile) at a time into staging and dequantize them into
+//    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1);
+//  * two consumers (WG 1, 2) hold the same 64 heads: each computes a subtile's S = Q K^T (the
 //    duplicate costs the tensor pipe, not the producer) and owns one 256-dim half of O, whose
 //    accumulators live across the tiles of an online softmax (log2 domain); after the item's last
 //    tile, the sink, lse (consumer 0) and out.
@@ -17,12 +18,12 @@
 // Barriers and phases (counts in sm90_layer_plan.h, LayerSmemSync; phases are PipeStates):
 //  * meta_full / meta_empty [2]: the records and compacted entries, one buffer per record,
 //    alternating; every role walks every record, so all three count them alike (PipeState<2>).
-//  * kv_full / kv_empty [half]: the K/V tile, one use per record with entries (PipeState<1>,
-//    advanced by the gather warps and the consumers only for those). Consumer w arrives on half
-//    1 - w after S and on half w after its PV.
+//  * kv_full / kv_empty [stage]: the K/V ring, one use per subtile (PipeState<kKvStages>, advanced
+//    by the gather warps and the consumers per subtile of every record with entries); both
+//    consumers arrive on kv_empty after their PV.
 //  * q_full / q_empty [chunk]: one use per item that has index columns (PipeState<1>, advanced by
 //    the compaction warp when it loads q and by the consumers after the item); the consumers hand
-//    chunk c back during the last tile's S, or after waiting for it when no tile had an entry.
+//    chunk c back during the last subtile's S, or after waiting for it when no tile had an entry.
 // An item without index columns in either source is one record with num_valid 0 and no q: out 0,
 // lse -inf, and no role waits for anything another does not give.
 #pragma once
@@ -51,9 +52,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(&sync.q_full[c], 1);
       ptx::mbarrier_init(&sync.q_empty[c], kConsumerThreads);
     }
-    for (int h = 0; h < kHalves; ++h) {
-      ptx::mbarrier_init(&sync.kv_full[h], kGatherThreads);
-      ptx::mbarrier_init(&sync.kv_empty[h], kConsumerThreads);
+    for (int stage = 0; stage < kKvStages; ++stage) {
+      ptx::mbarrier_init(&sync.kv_full[stage], kGatherThreads);
+      ptx::mbarrier_init(&sync.kv_empty[stage], kConsumerThreads);
     }
     for (int m = 0; m < 2; ++m) {
       ptx::mbarrier_init(&sync.meta_full[m], kCompactThreads);

@@ -56,13 +56,15 @@ __device__ __forceinline__ void gmma_qk_chunk(float (&s)[kAccumulators], uint32_
 // O (+)= P V for one 256-dim half over 16 * kKSteps keys: kKSteps k-steps of 16 keys, P from
 // registers, V MN-major from the K/V tile's half, its first key at v_base. accumulate == false
 // starts O afresh.
-template <int kKSteps>
+// kBlockBytes: from one 64-dim block of V to the next (16 KiB in the window kernel's tile of 128
+// keys, 8 KiB in the layer kernel's stages of 64).
+template <int kKSteps, uint32_t kBlockBytes = kKeys * kRowBytes>
 __device__ __forceinline__ void gmma_pv_keys(float (&o)[128], const uint32_t (&p_frag)[kKSteps][4], uint32_t v_base,
                                              bool accumulate) {
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
-    // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO 16 KiB).
-    const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes);
+    // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO kBlockBytes).
+    const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kBlockBytes, 8 * kRowBytes);
     gmma_pv_impl(o, p_frag[ks], desc_v, accumulate || ks != 0, std::make_index_sequence<128>{});
   }
 }

@@ -43,7 +43,7 @@ __device__ __forceinline__ void subtile_softmax(float (&s)[kSubtileKeys / 2], co
   scores_to_p(s, inv_scale, num_valid, frag_quad, base, row_sum, p_frag);
 }
 
-// Both consumer warpgroups hold the item's 64 heads: each computes the tile's S (duplicated) and
+// Both consumer warpgroups hold the item's 64 heads: each computes a subtile's S (duplicated) and
 // owns one 256-dim half of O (wg 0: dims 0-255), whose 128 fp32 accumulators live across the
 // item's tiles. Consumer 0 writes lse.
 __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
@@ -58,7 +58,7 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
   const int num_items = layer_items(p);
   const float logit_scale = p.scale * kLog2e;
   PipeState<2> meta;
-  PipeState<1> kv;
+  PipeState<kKvStages> kv;
   PipeState<1> q;
   float o[128];
   for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
@@ -82,30 +82,27 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
         continue;
       }
 
-      // ---- the tile in halves of 64 keys (the second only if it holds entries): S = Q K^T over 8
-      // chunks of 64 dims, the online softmax, O = O * rescale + P V over this warpgroup's half.
-      // On the item's last tile each chunk of q is handed back as soon as the last wgmma reading it
+      // ---- the tile in subtiles of 64 keys, one K/V stage each: S = Q K^T over 8 chunks of 64
+      // dims, the online softmax, O = O * rescale + P V over this warpgroup's half. On the item's
+      // last subtile each chunk of q is handed back as soon as the last wgmma reading it
       // completed, so the next item's q streams in under this S.
       const float* inv_scale = smem.inv_scale[meta.index];
-      const int subtiles = record.num_valid > kSubtileKeys ? 2 : 1;
+      const int subtiles = (record.num_valid + kSubtileKeys - 1) / kSubtileKeys;
       for (int sub = 0; sub < subtiles; ++sub) {
-        const bool final_s = sub == subtiles - 1;  // the tile's last read of q and of the other half
-        const bool hands_back_q = last && final_s;
+        const bool final_sub = sub == subtiles - 1;
+        const bool hands_back_q = last && final_sub;
         // Zeroed although the first wgmma overwrites it: without a definition here the compiler
         // keeps the previous S live (as the wgmma's input) through the PV below.
         float s[kSubtileKeys / 2];
 #pragma unroll
         for (int i = 0; i < kSubtileKeys / 2; ++i) s[i] = 0.0f;
         fence_accumulators(s);
+        ptx::mbarrier_wait(&sync.kv_full[kv.index], kv.phase);
 #pragma unroll
         for (int c = 0; c < kQChunks; ++c) {
-          // Both waits return at once for the second half tile: the phases do not move before
-          // this tile's arrivals below.
-          if (c % kBlocksPerHalf == 0) ptx::mbarrier_wait(&sync.kv_full[c / kBlocksPerHalf], kv.phase);
-          ptx::mbarrier_wait(&sync.q_full[c], q.phase);
+          ptx::mbarrier_wait(&sync.q_full[c], q.phase);  // returns at once after the item's first subtile
           cute::warpgroup_arrive();
-          gmma_qk_chunk(s, ptx::smem_addr(smem.q[c]),
-                        ptx::smem_addr(smem.kv[c / kBlocksPerHalf][c % kBlocksPerHalf][sub * kSubtileKeys]), c != 0);
+          gmma_qk_chunk(s, ptx::smem_addr(smem.q[c]), ptx::smem_addr(smem.kv[kv.index][c][0]), c != 0);
           cute::warpgroup_commit_batch();
           if (c >= 1) {
             cute::warpgroup_wait<1>();
@@ -118,13 +115,12 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
           ptx::mbarrier_arrive(&sync.q_empty[kQChunks - 1]);
           q_released = true;
         }
-        if (final_s) ptx::mbarrier_arrive(&sync.kv_empty[half ^ 1]);  // the other half is only read by S
 
         uint32_t p_frag[kSubtileKeys / 16][4];
         float rescale[2];
         subtile_softmax(s, inv_scale + sub * kSubtileKeys, record.num_valid - sub * kSubtileKeys, logit_scale,
                         frag_quad, row_max, row_sum, p_frag, rescale);
-        if (final_s) ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // its scales are read
+        if (final_sub) ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // its scales are read
 
         // A warp whose rows all kept their max skips the 128 multiplies.
         if (o_started && __any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
@@ -137,15 +133,16 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
 #pragma unroll
           for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
         cute::warpgroup_arrive();
-        gmma_pv_keys(o, p_frag, ptx::smem_addr(smem.kv[half][0][sub * kSubtileKeys]), o_started);
+        gmma_pv_keys<kSubtileKeys / 16, kSubtileKeys * kRowBytes>(
+            o, p_frag, ptx::smem_addr(smem.kv[kv.index][half * kBlocksPerHalf][0]), o_started);
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<0>();
         fence_accumulators(o);
-        if (final_s) ptx::mbarrier_arrive(&sync.kv_empty[half]);
+        ptx::mbarrier_arrive(&sync.kv_empty[kv.index]);
+        kv.advance();
         o_started = true;
       }
       meta.advance();
-      kv.advance();
     }
     if (has_q) {
       if (!q_released) {  // no tile of the item had an entry: its q landed and is handed back unread

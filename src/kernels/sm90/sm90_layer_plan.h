@@ -1,8 +1,8 @@
 // Shared-memory plan, work items and barrier counts of the Hopper layer kernel
 // (decode_sm90_layer.cuh): the window and an extra KV source in one softmax. The tile geometry,
 // thread roles and swizzles are the window kernel's (sm90_plan.h); what differs is that q stays
-// resident for a work item while tiles of 128 entries stream through, and the compacted entries
-// are double buffered per tile instead of per token.
+// resident for a work item while subtiles of 64 entries stream through a two-stage K/V ring, and
+// the compacted entries are double buffered per tile of 128 instead of per token.
 #pragma once
 
 #include <cstdint>
@@ -16,15 +16,26 @@ namespace swa_decode::sm90 {
 // read its rows once from HBM and once more from L2.
 constexpr int layer_slabs(int num_heads) { return num_heads > kSlabHeads ? 2 : 1; }
 
-// The layer kernel's tiles and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
+// The consumers take the entries in subtiles of 64 keys: S of 64 keys is 32 fp32 registers on top
+// of O's 128, which live across the item's tiles. With S of all 128 keys (64 more) ptxas (CUDA
+// 13.0) spilled the consumers 100-200 B even at 224-240 registers, and 224 is the most they can
+// get: the producer warpgroup needs 56 (2 x 224 + 56 = 504). A subtile is also the unit of the K/V
+// ring: two stages of 64 keys take the 128 KiB that one tile of 128 keys took (v1), so the gather
+// warps dequantize subtile u + 1 while the consumers multiply subtile u.
+inline constexpr int kSubtileKeys = kKeys / 2;
+inline constexpr int kKvStages = 2;
+
+// The layer kernel's K/V ring and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
 // consumers' 4-stage q rings (2 x 4 x 8 KiB) turned into the item's whole q (8 x 8 KiB).
 struct LayerSmemPlan {
-  // bf16 K/V rows of one tile: [half][64-dim block][key][128 B], as SmemPlan::kv.
-  alignas(1024) uint8_t kv[kHalves][kBlocksPerHalf][kKeys][kRowBytes];
+  // bf16 K/V rows of one subtile per stage: [stage][64-dim block][key][128 B], 16-byte chunks
+  // XOR-swizzled by key % 8 (canonical SW128: K-major for S, MN-major for PV, as SmemPlan::kv).
+  alignas(1024) uint8_t kv[kKvStages][kQChunks][kSubtileKeys][kRowBytes];
   // The item's q: 64 heads x 512 dims in kQChunks TMA boxes of 64 dims x 64 heads, 128-byte swizzle.
-  // Both consumers read every chunk for every tile's S.
+  // Both consumers read every chunk for every subtile's S.
   alignas(1024) uint8_t q[kQChunks][kSlabHeads][kRowBytes];
-  alignas(128) uint8_t staging[kKeys][kHalfDims];  // e4m3, as SmemPlan::staging
+  // e4m3 rows of the subtile being gathered (512 B each), 16-byte chunks XOR-swizzled by key % 8.
+  alignas(128) uint8_t staging[kSubtileKeys][kHeadDim];
   // The compacted entries of a tile (16-byte units from its source's kv_cache, inverse scales),
   // double buffered by tile: the compaction writes tile r + 1 while tile r is multiplied.
   uint32_t row_offset[2][kKeys];
@@ -45,8 +56,8 @@ struct TileRecord {
 // in the alignment gap before it. Arrival counts (decode_sm90_layer.cuh initializes them):
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
 //   q_empty[c]    kConsumerThreads: each after the item's last wgmma that read chunk c
-//   kv_full[h]    kGatherThreads: each after dequantizing its share of half h
-//   kv_empty[h]   kConsumerThreads: each after its last wgmma that read half h
+//   kv_full[s]    kGatherThreads: each after dequantizing its share of stage s
+//   kv_empty[s]   kConsumerThreads: each after its PV on stage s (its last wgmma that reads it)
 //   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written
 //   meta_empty[b] kConsumerThreads + kGatherThreads: the consumers read the scales, the gather warps
 //                 the row offsets (and everyone the record)
@@ -55,8 +66,8 @@ struct LayerSmemSync {
   int warp_counts[1];  // the compaction runs on one warp
   uint64_t q_full[kQChunks];
   uint64_t q_empty[kQChunks];
-  uint64_t kv_full[kHalves];
-  uint64_t kv_empty[kHalves];
+  uint64_t kv_full[kKvStages];
+  uint64_t kv_empty[kKvStages];
   uint64_t meta_full[2];
   uint64_t meta_empty[2];
 };
@@ -70,12 +81,6 @@ static_assert(sizeof(LayerSmemPlan) == 226 * 1024 && sizeof(LayerSmemSync) == 23
 inline constexpr int kLayerSmemBytes = static_cast<int>(largest_layout_end<LayerSmemPlan, LayerSmemSync>());
 static_assert(kLayerSmemBytes == kSmemBytes, "the worst case named above");
 static_assert(every_layout_fits<LayerSmemPlan, LayerSmemSync>(), "smem_layout_of must fit every 16-aligned base");
-
-// The consumers take a tile of kKeys in two halves of 64 keys: S of 64 keys is 32 fp32 registers
-// on top of O's 128, which live across the item's tiles. With S of all 128 keys (64 registers)
-// ptxas (CUDA 13.0) spilled the consumers 100-200 B even at 224-240 registers, and 224 is the most
-// they can get: the producer warpgroup needs 56 (2 x 224 + 56 = 504).
-inline constexpr int kSubtileKeys = kKeys / 2;
 
 // Registers after setmaxnreg, within the 3 x 168 the launch gives (sm90_plan.h): 2 x 216 + 72 =
 // 504. ptxas (CUDA 13.0) compiles the consumers without spills from 208 registers up and the

@@ -1,18 +1,20 @@
 // Producer warpgroup of the Hopper layer kernel: warp 3 compacts each item's tiles a tile ahead
-// and loads the item's q; warps 0-2 gather and dequantize each tile into the K/V tile, a 256-dim
-// half at a time (the window kernel's gather and dequantization, sm90_producer.cuh).
+// and loads the item's q; warps 0-2 gather and dequantize each tile, 64 keys (a subtile) at a
+// time, into the two-stage K/V ring. Both row formats (docs/semantics.md, "Row formats").
 #pragma once
 
 #include <cuda.h>
 
 #include <cstdint>
 
+#include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
 #include "src/common/ptx/sm90.cuh"
 #include "src/common/window_compaction.cuh"
 #include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "src/kernels/sm90/sm90_producer.cuh"
+#include "swa_decode/swa_decode.h"
 
 namespace swa_decode::sm90 {
 
@@ -32,6 +34,60 @@ __device__ __forceinline__ void load_item_q(const CUtensorMap& q_map, LayerSmemP
     ptx::mbarrier_wait(&sync.q_empty[c], q_load.phase ^ 1u);
     ptx::mbarrier_arrive_expect_tx(&sync.q_full[c], kQChunkBytes);
     ptx::tma_load_3d(smem.q[c], &q_map, &sync.q_full[c], c * kBlockDims, slab * kSlabHeads, token);
+  }
+}
+
+// ---- the gather warps: one subtile (64 keys of a record) at a time through staging into the
+// K/V ring. Seed rows (512 e4m3 bytes) land whole in staging; a kModel1 row (docs/semantics.md)
+// lands as its 448 e4m3 bytes and its 8-byte scale row in staging, while its 64 bf16 RoPE values
+// are copied straight into the stage's last 64-dim block, so they are issued only once the
+// consumers have freed that stage.
+inline constexpr int kStagingChunks = kHeadDim / 16;            // 16-byte pieces of a staged row
+inline constexpr int kModel1E4m3Chunks = kModel1E4m3Dims / 16;  // 28; piece 28 is the scale row
+inline constexpr int kModel1RopeChunks = (kHeadDim - kModel1E4m3Dims) * 2 / 16;  // 8: one 64-dim block
+
+// Where piece `chunk` of staged row `key` lies: 16-byte chunks XOR-swizzled by key % 8, so the 8
+// threads of a quarter-warp reading 8 consecutive keys hit 8 different bank groups.
+__device__ __forceinline__ uint8_t* staged_piece(LayerSmemPlan& smem, int key, int chunk) {
+  return &smem.staging[key][(chunk ^ (key & 7)) * 16];
+}
+
+// The subtile the gather warps are on: keys [first_key, first_key + count) of the record in its
+// meta buffer.
+struct Subtile {
+  const KvSourceParams* src;
+  const uint32_t* row_offset;  // the record's first entry of this subtile
+  int count;                   // 1..kSubtileKeys valid keys; the rest of the stage is zero-filled
+  bool model1;
+};
+
+// kModel1: the scale row of the row at `row_offset_16` (16-byte units from src.kv_cache): a row at
+// b * stride_kv_block + o * 576 has its scales at b * stride_kv_block + B * 576 + o * 8. In 32 bits
+// (row offsets are below 2^32 units, sm90_record.cpp): a 64-bit division would cost the producer,
+// which runs on 72 registers, a spill.
+__device__ __forceinline__ const uint8_t* model1_scale_row(const KvSourceParams& src, uint32_t row_offset_16) {
+  const int64_t block_units = src.stride_kv_block >> 4;  // validate.cpp: a multiple of 576
+  const uint32_t block = block_units > UINT32_MAX ? 0u : row_offset_16 / static_cast<uint32_t>(block_units);
+  const uint32_t offset = (row_offset_16 - block * static_cast<uint32_t>(block_units)) / (kModel1RowBytes / 16);
+  return src.kv_cache + static_cast<int64_t>(block) * src.stride_kv_block + int64_t{src.block_size} * kModel1RowBytes +
+         static_cast<int64_t>(offset) * kModel1ScaleRowBytes;
+}
+
+// The compaction warp's L2 prefetch of a record's rows (prefetch_rows_l2 for seed rows): a
+// kModel1 row's 576 bytes start anywhere in a 128-byte line, so its last byte is fetched too, and
+// its scale row lies in the block's footer.
+__device__ __forceinline__ void prefetch_source_rows_l2(const KvSourceParams& src, const uint32_t* row_offset, int n,
+                                                        int lane) {
+  if (!src.is_model1) {
+    prefetch_rows_l2(src.kv_cache, row_offset, n, lane);
+    return;
+  }
+  for (int key = lane; key < n; key += kCompactThreads) {
+    const uint8_t* row = row_address(src.kv_cache, row_offset[key]);
+#pragma unroll
+    for (int line = 0; line < kModel1RowBytes; line += 128) ptx::prefetch_l2(row + line);
+    ptx::prefetch_l2(row + kModel1RowBytes - 1);
+    ptx::prefetch_l2(model1_scale_row(src, row_offset[key]));
   }
 }
 
@@ -84,8 +140,91 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
       }
       // As in the window kernel: the rows go to L2 now, a tile before they are gathered; only this
       // warp rewrites row_offset[meta.index], two records from now.
-      prefetch_rows_l2(src.kv_cache, smem.row_offset[meta.index], n, lane);
+      prefetch_source_rows_l2(src, smem.row_offset[meta.index], n, lane);
       meta.advance();
+    }
+  }
+}
+
+// The part of a subtile's copies that may run while the consumers still use its stage: whole seed
+// rows, or kModel1's e4m3 bytes and scale rows. Keys past count are zero-filled, so that they
+// enter S and O as zeros (the consumers mask their scores; 0 * stale data could be NaN).
+__device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmemPlan& smem, int tid) {
+  const uint8_t* kv_cache = u.src->kv_cache;
+  if (!u.model1) {
+#pragma unroll 4
+    for (int piece = tid; piece < kSubtileKeys * kStagingChunks; piece += kGatherThreads) {
+      const int key = piece / kStagingChunks;
+      const int chunk = piece % kStagingChunks;
+      const bool valid = key < u.count;
+      const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + chunk * 16 : kv_cache;
+      ptx::cp_async_16(ptx::smem_addr(staged_piece(smem, key, chunk)), src, valid ? 16u : 0u);
+    }
+  } else {
+#pragma unroll 2
+    for (int piece = tid; piece < kSubtileKeys * kModel1E4m3Chunks; piece += kGatherThreads) {
+      const int key = piece / kModel1E4m3Chunks;
+      const int chunk = piece % kModel1E4m3Chunks;
+      const bool valid = key < u.count;
+      const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + chunk * 16 : kv_cache;
+      ptx::cp_async_16(ptx::smem_addr(staged_piece(smem, key, chunk)), src, valid ? 16u : 0u);
+    }
+    static_assert(kSubtileKeys <= kGatherThreads, "one scale row per thread");
+    if (tid < kSubtileKeys) {
+      const bool valid = tid < u.count;
+      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[tid]) : kv_cache;
+      ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(smem, tid, kModel1E4m3Chunks)), src,
+                                             valid ? kModel1ScaleRowBytes : 0u);
+    }
+  }
+  ptx::cp_async_commit();
+}
+
+// kModel1: the RoPE values (bytes 448..575 of the row) into the stage's last 64-dim block, in the
+// tile's swizzle. Only once the stage is free.
+__device__ __forceinline__ void issue_rope_copy(const Subtile& u, LayerSmemPlan& smem, int stage, int tid) {
+  const uint8_t* kv_cache = u.src->kv_cache;
+  for (int piece = tid; piece < kSubtileKeys * kModel1RopeChunks; piece += kGatherThreads) {
+    const int key = piece / kModel1RopeChunks;
+    const int chunk = piece % kModel1RopeChunks;
+    const bool valid = key < u.count;
+    const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + kModel1E4m3Dims + chunk * 16 : kv_cache;
+    ptx::cp_async_16(ptx::smem_addr(&smem.kv[stage][kQChunks - 1][key][(chunk ^ (key & 7)) * 16]), src,
+                     valid ? 16u : 0u);
+  }
+  ptx::cp_async_commit();
+}
+
+// Staging -> bf16 stage, in units of (key, 32-dim group), keys fastest (conflict-free reads of
+// staging and swizzled writes of the tile, as dequantize_half). Seed rows convert exactly and keep
+// their inverse scale for the consumers' scores (fp8_convert.cuh); a kModel1 group is multiplied by
+// its power of two, exactly in bf16 (its 7 scale bytes are staged piece 28).
+template <bool kModel1>
+__device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stage, int tid) {
+  constexpr int kGroups = (kModel1 ? kModel1E4m3Dims : kHeadDim) / 32;
+  // One unit at a time: two in flight spill the producer at 72 registers (ptxas, CUDA 13.0).
+#pragma unroll 1
+  for (int unit = tid; unit < kSubtileKeys * kGroups; unit += kGatherThreads) {
+    const int key = unit % kSubtileKeys;
+    const int group = unit / kSubtileKeys;
+    const uint4 lo = *reinterpret_cast<const uint4*>(staged_piece(smem, key, 2 * group));
+    const uint4 hi = *reinterpret_cast<const uint4*>(staged_piece(smem, key, 2 * group + 1));
+    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    float scale = 1.0f;
+    if constexpr (kModel1) scale = ue8m0_to_float(staged_piece(smem, key, kModel1E4m3Chunks)[group / 2]);
+    uint8_t* row = smem.kv[stage][group / 2][key];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint4 chunk;
+      if constexpr (kModel1) {
+        e4m3x4_to_bf16x4_scaled(words[2 * k], scale, chunk.x, chunk.y);
+        e4m3x4_to_bf16x4_scaled(words[2 * k + 1], scale, chunk.z, chunk.w);
+      } else {
+        e4m3x4_to_bf16x4(words[2 * k], chunk.x, chunk.y);
+        e4m3x4_to_bf16x4(words[2 * k + 1], chunk.z, chunk.w);
+      }
+      const int position = ((group % 2) * 4 + k) ^ (key & 7);
+      *reinterpret_cast<uint4*>(row + position * 16) = chunk;
     }
   }
 }
@@ -104,40 +243,64 @@ __device__ __forceinline__ bool next_layer_tile(LayerSmemSync& sync, PipeState<2
   return false;
 }
 
-// Each tile with entries: half 0 lands in staging, waits for the consumers to free half 0 of the
-// K/V tile, is dequantized into it; then half 1 the same way, while half 0's gather for the next
-// tile is only issued once staging is free again. The window kernel's order (run_gather_warps),
-// with tiles in place of tokens.
+// Where the gather warps are: the record in `meta` (num_valid entries, its subtile from
+// first_key) and the CTA's items not yet finished.
+struct GatherCursor {
+  PipeState<2> meta;
+  int items_left;
+  int first_key;
+  int num_valid;
+};
+
+__device__ __forceinline__ Subtile subtile_at(const DecodeParams& p, const LayerSmemPlan& smem, LayerSmemSync& sync,
+                                              const GatherCursor& at) {
+  const KvSourceParams& src = sync.record[at.meta.index].from_extra ? p.extra : p.window;
+  return Subtile{&src, smem.row_offset[at.meta.index] + at.first_key, min(at.num_valid - at.first_key, kSubtileKeys),
+                 src.is_model1 != 0};
+}
+
+// Per subtile: its gather (issued as soon as staging is free, a stage ahead of the consumers)
+// lands, the stage is free, the stage is written and published; then the next subtile's gather
+// goes out. A subtile's latency thus hides under the consumers' multiply of the previous one.
 __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync) {
   const int tid = threadIdx.x;  // 0..95
-  int items_left = items_of_this_cta(p);
-  PipeState<2> meta;
-  PipeState<1> kv;
-  if (!next_layer_tile(sync, meta, items_left)) return;
-  const uint8_t* kv_cache = sync.record[meta.index].from_extra ? p.extra.kv_cache : p.window.kv_cache;
-  int num_valid = sync.record[meta.index].num_valid;
-  issue_rows_half_gather(kv_cache, smem.row_offset[meta.index], num_valid, smem, 0, tid);
+  GatherCursor at{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+  PipeState<kKvStages> kv;
+  if (!next_layer_tile(sync, at.meta, at.items_left)) return;
+  at.num_valid = sync.record[at.meta.index].num_valid;
   for (;;) {
-#pragma unroll
-    for (int half = 0; half < kHalves; ++half) {
-      ptx::cp_async_wait<0>();
-      ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // the whole half landed
-      ptx::mbarrier_wait(&sync.kv_empty[half], kv.phase ^ 1u);    // consumers are done with it
-      dequantize_half(smem, half, tid);
-      ptx::fence_proxy_async_shared();
-      ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
-      ptx::mbarrier_arrive(&sync.kv_full[half]);
-      if (half == 0) {
-        issue_rows_half_gather(kv_cache, smem.row_offset[meta.index], num_valid, smem, 1, tid);
-        ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // its row offsets are read
-        meta.advance();
-      }
+    const Subtile u = subtile_at(p, smem, sync, at);
+    issue_subtile_gather(u, smem, tid);
+    const bool record_done = at.first_key + kSubtileKeys >= at.num_valid;
+    if (record_done) {
+      ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
+    ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // consumers are done with the stage
+    if (u.model1) {
+      issue_rope_copy(u, smem, kv.index, tid);
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging holds the whole subtile
+    if (u.model1) {
+      dequantize_subtile<true>(smem, kv.index, tid);
+      ptx::cp_async_wait<0>();  // the RoPE values
+    } else {
+      dequantize_subtile<false>(smem, kv.index, tid);
+    }
+    ptx::fence_proxy_async_shared();
+    ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
+    ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
     kv.advance();
-    if (!next_layer_tile(sync, meta, items_left)) return;
-    kv_cache = sync.record[meta.index].from_extra ? p.extra.kv_cache : p.window.kv_cache;
-    num_valid = sync.record[meta.index].num_valid;
-    issue_rows_half_gather(kv_cache, smem.row_offset[meta.index], num_valid, smem, 0, tid);
+    if (record_done) {
+      at.meta.advance();
+      if (!next_layer_tile(sync, at.meta, at.items_left)) return;
+      at.num_valid = sync.record[at.meta.index].num_valid;
+      at.first_key = 0;
+    } else {
+      at.first_key += kSubtileKeys;
+    }
   }
 }
 
