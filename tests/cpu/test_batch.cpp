@@ -1,7 +1,8 @@
 // The batch generator (testing/batch.h) on its kModel1 paths, which the GPU tests and the bench
 // rely on without a GPU here to run them: FlashMLA's padded block strides, the 0xFF poison of every
 // byte no valid entry names (rows, footer scale rows, their pad bytes, the padding after the footer),
-// the upload's spans (pool_spans + fill_span) against the dense copy the CPU reference reads.
+// the upload's spans (pool_spans + fill_span) against the dense copy the CPU reference reads, the
+// layers of `swa-decode bench --format model1`, and the floor's 584 bytes a row.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "src/reference/reference.h"
 #include "testing/batch.h"
 #include "testing/host_numerics.h"
+#include "testing/layer.h"
 #include "testing/strides.h"
 
 namespace swa_decode {
@@ -150,6 +152,42 @@ TEST(BatchModel1, UploadSpansRebuildTheDenseCache) {
       }
     }
   }
+}
+
+// `swa-decode bench --format model1`: every source in kModel1 (the window in blocks of 64, C4A's
+// compressed entries in blocks of 64, C128A's in blocks of 2), and a floor of 584 bytes a row read
+// beside its id; --format seed keeps the layers as they were (the window in blocks of 256).
+TEST(BatchModel1, BenchLayersPutEverySourceInTheFormat) {
+  for (const st::LayerKind kind : {st::LayerKind::kSwa, st::LayerKind::kC4a, st::LayerKind::kC128a}) {
+    SCOPED_TRACE(st::layer_name(kind));
+    const st::LayerSpec seed{.kind = kind, .mean_context = 2048};
+    const st::LayerSpec model1{.kind = kind, .format = KvFormat::kModel1, .mean_context = 2048};
+    const st::BatchOptions seed_options = st::layer_options(seed, 4, 16, 128, DType::kInt32, 3);
+    const st::BatchOptions model1_options = st::layer_options(model1, 4, 16, 128, DType::kInt32, 3);
+    EXPECT_EQ(seed_options.kv_format, KvFormat::kE4m3);
+    EXPECT_EQ(seed_options.block_size, st::kSeedWindowBlockSize);
+    EXPECT_EQ(model1_options.kv_format, KvFormat::kModel1);
+    EXPECT_EQ(model1_options.block_size, st::kModel1WindowBlockSize);
+    ASSERT_EQ(seed_options.extra.has_value(), kind != st::LayerKind::kSwa);
+    if (seed_options.extra) {
+      EXPECT_EQ(seed_options.extra->format, KvFormat::kE4m3);
+      EXPECT_EQ(model1_options.extra->format, KvFormat::kModel1);
+      EXPECT_EQ(model1_options.extra->block_size, seed_options.extra->block_size);
+    }
+
+    const st::HostBatch b = st::make_batch(model1_options);
+    const int64_t T = b.num_tokens, extra_entries = b.total_extra_entries(0, T);
+    const int64_t window_entries = b.total_valid_entries(0, T) - extra_entries;
+    EXPECT_GT(window_entries, 0);
+    EXPECT_EQ(b.floor_bytes(0, T), 2 * T * b.num_heads * b.head_dim * 2 + (window_entries + extra_entries) * (584 + 4));
+    st::HostTensors tensors = st::materialize_host(b);
+    const Status valid = validate_args(st::host_args(b, tensors));
+    EXPECT_TRUE(valid.ok()) << valid.message;
+  }
+  EXPECT_EQ(st::parse_format("model1"), KvFormat::kModel1);
+  EXPECT_EQ(st::parse_format("seed"), KvFormat::kE4m3);
+  EXPECT_FALSE(st::parse_format("e4m3").has_value());
+  EXPECT_STREQ(st::format_name(KvFormat::kModel1), "model1");
 }
 
 // The generator refuses kModel1 options the format does not allow, saying which.
