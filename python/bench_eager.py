@@ -21,6 +21,10 @@ cache, (slots, 1) bf16 scales, int64 indices (T, W) and lens), the drop-in's own
   traced (torch.compile, make_fx), i.e. with the dispatcher
 - _C.decode_exchange: the binding alone (reads the tensors through the DLPack C exchange API,
   checks, swa_decode::decode with its launch)
+- flash_mla.flash_mla_with_kvcache: FlashMLA's entry point as vLLM and SGLang call it (q (T, 1, H,
+  D), indices (T, 1, W) int32, topk_length (T,) int32, out=) over the same slots in a MODEL1 cache
+  (the batch's rows re-laid in blocks of 64 with FlashMLA's padded stride), so its row is the
+  entry point's cost over decode's: the lse it allocates, the +inf of empty rows, the reshapes
 
 On the CPU only T = 0 is timed: the float64 reference then does no work, so the row is the host
 cost of the call alone (the layers of docs/perf-notes.md, "Eager Python call").
@@ -41,6 +45,7 @@ import torch
 
 import swa_decode
 from swa_decode import _C
+from swa_decode import flash_mla
 
 
 def load_bench_vs_seed():
@@ -73,12 +78,47 @@ def host_us(fn, calls: int, sync_every: int, sync, warmup: int = 200) -> float:
     return statistics.median(times) / 1e3
 
 
+MODEL1_BLOCK = 64                   # the engines' SWA cache: 64 tokens a block
+MODEL1_ROW, MODEL1_SCALE_ROW, MODEL1_NOPE = 576, 8, 448
+
+
+def model1_cache(kv_cache):
+    """The seed cache's slots as FlashMLA's MODEL1 k_cache (num_blocks, 64, 1, 584) uint8 over
+    blocks padded to a multiple of 576 bytes: dims 0..447 keep their e4m3 bytes under scales 2^0,
+    dims 448..511 become bf16 (exact); the slot numbering (block * B + offset) is unchanged, so the
+    batch's indices name the same rows. Unused bytes are 0xFF (NaN as e4m3, bf16 and UE8M0)."""
+    codes = kv_cache.reshape(-1, MODEL1_BLOCK, kv_cache.shape[-1])  # (num_blocks, 64, 512) uint8
+    num_blocks, row_bytes = codes.shape[0], MODEL1_ROW + MODEL1_SCALE_ROW
+    stride = -(-MODEL1_BLOCK * row_bytes // MODEL1_ROW) * MODEL1_ROW
+    blocks = torch.full((num_blocks, stride), 0xFF, dtype=torch.uint8, device=kv_cache.device)
+    rows = blocks[:, :MODEL1_BLOCK * MODEL1_ROW].view(num_blocks, MODEL1_BLOCK, MODEL1_ROW)
+    rows[:, :, :MODEL1_NOPE] = codes[:, :, :MODEL1_NOPE]
+    rope = codes[:, :, MODEL1_NOPE:].view(torch.float8_e4m3fn).to(torch.bfloat16)
+    rows[:, :, MODEL1_NOPE:] = rope.view(torch.uint8)
+    footer = blocks[:, MODEL1_BLOCK * MODEL1_ROW:MODEL1_BLOCK * row_bytes]
+    footer.view(num_blocks, MODEL1_BLOCK, MODEL1_SCALE_ROW)[:, :, :MODEL1_SCALE_ROW - 1] = 127
+    return blocks.view(-1).as_strided((num_blocks, MODEL1_BLOCK, 1, row_bytes),
+                                      (stride, row_bytes, row_bytes, 1))
+
+
 def entry_points(inputs):
-    """The output buffer and the timed calls on one batch, by entry name; each writes that buffer,
-    but the drop-in, which returns a new one."""
+    """The output buffer, the timed calls on one batch by entry name, and per entry the call whose
+    output it must match (the drop-in's, or for flash_mla decode's over its MODEL1 cache). Each
+    writes that buffer, but the drop-in, which returns a new one."""
     q, kv_cache, inv_scale, indices, lens, block_size, scale, window_size = inputs
     out = torch.empty_like(q)
-    return out, {
+    T, H, D = q.shape
+    k_cache = model1_cache(kv_cache)
+    indices32, lens32 = indices.to(torch.int32), lens.to(torch.int32)  # the engines' dtypes
+    # The engines' shapes, made once: a call is timed from tensors as an engine holds them.
+    q4, out4 = q.view(T, 1, H, D), out.view(T, 1, H, D)
+    indices4 = indices32.view(T, 1, indices.shape[1])
+    metadata, num_splits = flash_mla.get_mla_metadata()
+    drop_in = lambda: swa_decode.native_swa_decode_attention(*inputs)  # noqa: E731
+    references = {"flash_mla.flash_mla_with_kvcache": lambda: swa_decode.decode(
+        q, k_cache[:, :, 0], None, indices32, lens32, block_size=MODEL1_BLOCK, scale=scale,
+        window_size=window_size, kv_format="model1")}
+    return out, references, drop_in, {
         "decode": lambda: swa_decode.decode(q, kv_cache, inv_scale, indices, lens,
                                             block_size=block_size, scale=scale,
                                             window_size=window_size, out=out),
@@ -89,16 +129,23 @@ def entry_points(inputs):
         "_C.decode_exchange": lambda: _C.decode_exchange(
             q, kv_cache, inv_scale, indices, lens, None, out, None, block_size, scale,
             window_size, None, None, None, None, None, None),
+        "flash_mla.flash_mla_with_kvcache": lambda: flash_mla.flash_mla_with_kvcache(
+            q4, k_cache, None, None, D, metadata, num_splits, softmax_scale=scale,
+            is_fp8_kvcache=True, indices=indices4, topk_length=lens32, out=out4),
     }
 
 
-def check_entries(out, calls, sync) -> None:
-    """The rows time working calls: every entry gives the drop-in's output, and the binding takes
-    the tensors in place (False would mean every eager call goes through the custom ops)."""
-    reference = calls["native_swa_decode_attention"]()
-    for name in ("decode", "torch.ops.swa_decode.decode_out", "_C.decode_exchange"):
+def check_entries(out, references, drop_in, calls, sync) -> None:
+    """The rows time working calls: every entry gives its reference's output (the drop-in's
+    unless `references` names another), and the binding takes the tensors in place (False would
+    mean every eager call goes through the custom ops)."""
+    expected_by_drop_in = drop_in()
+    for name, call in calls.items():
+        if name == "native_swa_decode_attention":
+            continue
+        reference = references[name]() if name in references else expected_by_drop_in
         out.fill_(float("nan"))
-        returned = calls[name]()
+        returned = call()
         sync()
         if name == "_C.decode_exchange" and not returned:
             raise SystemExit("the binding refused the tensors (no DLPack exchange API in this "
@@ -106,7 +153,7 @@ def check_entries(out, calls, sync) -> None:
         # Not bitwise: a kernel may combine partial results in another order on another call.
         error = (out.float() - reference.float()).norm() / reference.float().norm()
         if reference.numel() and not error <= 1e-3:
-            raise SystemExit(f"{name} and native_swa_decode_attention disagree (rel L2 {error})")
+            raise SystemExit(f"{name} and its reference disagree (rel L2 {error})")
 
 
 def main() -> int:
@@ -138,8 +185,8 @@ def main() -> int:
     for H in args.heads:
         for T in tokens:
             inputs = bench.make_inputs(T, H, device=args.device)
-            out, calls = entry_points(inputs)
-            check_entries(out, calls, sync)
+            out, references, drop_in, calls = entry_points(inputs)
+            check_entries(out, references, drop_in, calls, sync)
             for entry, fn in calls.items():
                 us = host_us(fn, args.calls, args.sync_every, sync)
                 rows.append(dict(entry=entry, T=T, H=H, host_us=round(us, 3)))

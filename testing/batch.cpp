@@ -12,6 +12,7 @@
 #include "src/reference/reference.h"
 #include "testing/host_numerics.h"
 #include "testing/parallel_for.h"
+#include "testing/strides.h"
 
 namespace swa_decode::testing {
 namespace {
@@ -24,9 +25,23 @@ constexpr uint64_t kExtraStream = 0xE7A5'0C0D'E5EE'D001ull;
 // Live rows are drawn in chunks of this many rows, chunk c from its own seed, so that the rows do
 // not depend on how many threads drew them.
 constexpr int64_t kRowsPerChunk = 4096;
+// The largest |log2| of inv_scale_magnitude a batch with a kModel1 source takes: its scale bytes
+// (120..122 before the shift) stay within UE8M0's finite 0..254, its RoPE values within bf16's range.
+constexpr int kMaxModel1MagnitudeShift = 100;
 
 void require(bool condition, const std::string& message) {
   if (!condition) throw std::invalid_argument("make_batch: " + message);
+}
+
+// A kModel1 source's rules (docs/semantics.md, "Row formats") on the options that lay out its
+// pool; `name` is "" for the window, "extra." for the extra source.
+void require_model1_layout(const std::string& name, int64_t head_dim, int64_t kv_row_stride, int64_t kv_block_pad) {
+  require(head_dim == kModel1HeadDim, "a kModel1 source needs head_dim " + std::to_string(kModel1HeadDim) + ", got " +
+                                          std::to_string(head_dim));
+  require(kv_row_stride == 0 || kv_row_stride == kModel1RowBytes,
+          name + "kv_row_stride of a kModel1 source must be 0 or " + std::to_string(kModel1RowBytes));
+  require(kv_block_pad >= 0 && kv_block_pad % kModel1RowBytes == 0,
+          name + "kv_block_pad of a kModel1 source must be a non-negative multiple of " + std::to_string(kModel1RowBytes));
 }
 
 // A per-token (or per-head) option is empty or holds one value a token (head).
@@ -49,8 +64,10 @@ void resolve_extra(ExtraOptions& x, const BatchOptions& o) {
     x.kv_row_stride = o.kv_row_stride;
     x.kv_block_pad = o.kv_block_pad;
     x.inv_scale_dtype = o.inv_scale_dtype;
+    x.format = o.kv_format;
   }
-  if (x.kv_row_stride == 0) x.kv_row_stride = o.head_dim;
+  if (x.format == KvFormat::kModel1) require_model1_layout("extra.", o.head_dim, x.kv_row_stride, x.kv_block_pad);
+  if (x.kv_row_stride == 0) x.kv_row_stride = x.format == KvFormat::kModel1 ? kModel1RowBytes : o.head_dim;
   require(x.block_size >= 1, "extra.block_size must be >= 1");
   require(x.kv_row_stride >= o.head_dim, "extra.kv_row_stride must be >= head_dim");
   require(x.kv_block_pad >= 0, "extra.kv_block_pad must be >= 0");
@@ -61,7 +78,14 @@ BatchOptions resolve(BatchOptions o) {
               o.block_size >= 1 && o.max_context >= 1,
           "shapes must be positive (num_tokens may be 0)");
   if (o.index_cols == 0) o.index_cols = o.window_size;
-  if (o.kv_row_stride == 0) o.kv_row_stride = o.head_dim;
+  const bool model1 = o.kv_format == KvFormat::kModel1 || (o.extra && o.extra->format == KvFormat::kModel1);
+  if (o.kv_format == KvFormat::kModel1) require_model1_layout("", o.head_dim, o.kv_row_stride, o.kv_block_pad);
+  if (o.kv_row_stride == 0) o.kv_row_stride = o.kv_format == KvFormat::kModel1 ? kModel1RowBytes : o.head_dim;
+  // kModel1 scales are UE8M0 powers of two: the magnitude shifts them exactly or not at all.
+  require(!model1 || (std::ldexp(1.0, std::ilogb(o.inv_scale_magnitude)) == o.inv_scale_magnitude &&
+                      std::abs(std::ilogb(o.inv_scale_magnitude)) <= kMaxModel1MagnitudeShift),
+          "inv_scale_magnitude of a batch with a kModel1 source must be 2^k with |k| <= " +
+              std::to_string(kMaxModel1MagnitudeShift));
   if (o.q_head_major) {
     if (o.q_token_stride == 0) o.q_token_stride = o.head_dim;
     if (o.q_head_stride == 0) o.q_head_stride = o.num_tokens * o.q_token_stride;
@@ -126,23 +150,26 @@ int64_t q_elements(const BatchOptions& o) {
   return o.num_tokens == 0 ? 0 : std::max(o.num_tokens * o.q_token_stride, o.num_heads * o.q_head_stride);
 }
 
-// A source's shape, all but its pool's size (the generation decides that).
-HostSource source_shape(int64_t head_dim, int64_t max_entries, int64_t index_cols, int64_t index_row_pad,
-                        int64_t block_size, int64_t kv_row_stride, int64_t kv_block_pad) {
+// A source's shape, all but its pool's size (the generation decides that). kModel1 blocks are
+// FlashMLA's padded ones (strides.h), kE4m3 blocks their rows.
+HostSource source_shape(KvFormat format, int64_t head_dim, int64_t max_entries, int64_t index_cols,
+                        int64_t index_row_pad, int64_t block_size, int64_t kv_row_stride, int64_t kv_block_pad) {
   HostSource s;
   s.head_dim = head_dim;
+  s.format = format;
   s.max_entries = max_entries;
   s.index_cols = index_cols;
   s.index_stride = index_cols + index_row_pad;
   s.block_size = block_size;
   s.kv_row_stride = kv_row_stride;
-  s.kv_block_stride = block_size * kv_row_stride + kv_block_pad;
+  s.kv_block_stride = format == KvFormat::kModel1 ? model1_strides(block_size, kv_block_pad).group
+                                                  : block_size * kv_row_stride + kv_block_pad;
   return s;
 }
 
 void copy_shape(const BatchOptions& o, HostBatch& b) {
-  static_cast<HostSource&>(b) = source_shape(o.head_dim, o.window_size, o.index_cols, o.index_row_pad, o.block_size,
-                                             o.kv_row_stride, o.kv_block_pad);
+  static_cast<HostSource&>(b) = source_shape(o.kv_format, o.head_dim, o.window_size, o.index_cols, o.index_row_pad,
+                                             o.block_size, o.kv_row_stride, o.kv_block_pad);
   b.index_dtype = o.index_dtype;
   b.lens_dtype = o.lens_dtype;
   b.inv_scale_dtype = o.inv_scale_dtype;
@@ -160,7 +187,7 @@ void copy_shape(const BatchOptions& o, HostBatch& b) {
 
 // The extra source's shape once its entry counts are known (x.max_entries and x.index_cols resolved).
 HostSource extra_shape(const ExtraOptions& x, const HostBatch& b) {
-  HostSource s = source_shape(b.head_dim, x.max_entries, x.index_cols, x.index_row_pad, x.block_size,
+  HostSource s = source_shape(x.format, b.head_dim, x.max_entries, x.index_cols, x.index_row_pad, x.block_size,
                               x.kv_row_stride, x.kv_block_pad);
   s.index_dtype = x.index_dtype;
   s.lens_dtype = x.lens_dtype;
@@ -203,8 +230,8 @@ struct ScatteredPool {
 // One live row as an amax / 448 per-token quantizer leaves it: codes spread like a normal with
 // amax near 448, inv_scale log-uniform in [8e-3, 4e-2] so dequantized k has a standard deviation
 // of ~1..5 and the scores q.k * D^-0.5 spread over a few units, as in the model.
-void draw_row(Rng& rng, double inv_scale_magnitude, DType inv_scale_dtype, int64_t head_dim, uint8_t* codes,
-              float& scale, double& amax) {
+void draw_e4m3_row(Rng& rng, double inv_scale_magnitude, DType inv_scale_dtype, int64_t head_dim, uint8_t* codes,
+                   float& scale, double& amax) {
   const uint8_t* e4m3_table = normal_e4m3_table();
   const double inv_scale =
       inv_scale_magnitude * std::exp(std::log(8e-3) + rng.uniform() * (std::log(4e-2) - std::log(8e-3)));
@@ -220,9 +247,58 @@ void draw_row(Rng& rng, double inv_scale_magnitude, DType inv_scale_dtype, int64
   amax = e4m3_to_double(max_code) * scale;
 }
 
+// One live kModel1 row (576 bytes, then its 8-byte scale row) as the engines' quantizer leaves it
+// (FlashMLA's tests/quant.py: a power-of-two scale per 64 dims): in each of the 7 groups of e4m3
+// dims, codes spread like a normal with amax near 448 under a UE8M0 scale of 2^-7..2^-5, then 64
+// bf16 RoPE values of the same spread, so the row dequantizes to a standard deviation of ~1..4 as
+// a kE4m3 row does. inv_scale_magnitude (2^k) adds k to every scale byte and multiplies every RoPE
+// value, both exactly. The scale row's pad byte stays poison (0xFF): no reader may use it.
+void draw_model1_row(Rng& rng, double inv_scale_magnitude, uint8_t* bytes, double& amax) {
+  const uint8_t* e4m3_table = normal_e4m3_table();
+  const uint16_t* bf16_table = normal_bf16_table();
+  const int shift = std::ilogb(inv_scale_magnitude);
+  constexpr int64_t kGroupDims = kModel1E4m3Dims / kModel1ScalesPerRow;  // 64
+  uint8_t* scale_row = bytes + kModel1RowBytes;
+  amax = 0.0;
+  for (int64_t g = 0; g < kModel1ScalesPerRow; ++g) {
+    const int64_t scale_code = 127 + rng.uniform_int(-7, -5) + shift;
+    scale_row[g] = static_cast<uint8_t>(scale_code);
+    uint8_t max_code = 0;  // as in draw_e4m3_row: the largest |e4m3| has the largest (code & 0x7F)
+    for (int64_t d = g * kGroupDims; d < (g + 1) * kGroupDims; d += 4) {
+      const uint64_t bits = rng.next_u64();
+      for (int64_t k = 0; k < 4; ++k) {
+        bytes[d + k] = e4m3_table[(bits >> (16 * k)) & 0xFFFF];
+        max_code = std::max<uint8_t>(max_code, bytes[d + k] & 0x7F);
+      }
+    }
+    amax = std::max(amax, std::ldexp(e4m3_to_double(max_code), static_cast<int>(scale_code) - 127));
+  }
+  scale_row[kModel1ScalesPerRow] = kUe8m0NaN;
+  const double rope_scale = std::ldexp(1.0, static_cast<int>(rng.uniform_int(0, 2)) + shift);  // 128 * 2^(-7..-5)
+  for (int64_t i = 0; i < kModel1RopeDims; i += 4) {
+    const uint64_t bits = rng.next_u64();
+    for (int64_t k = 0; k < 4; ++k) {
+      const double value = reference::bf16_to_float(bf16_table[(bits >> (16 * k)) & 0xFFFF]) * rope_scale;
+      const uint16_t value_bits = float_to_bf16_bits(static_cast<float>(value));  // exact: a power-of-two multiple
+      std::memcpy(bytes + kModel1E4m3Dims + 2 * (i + k), &value_bits, sizeof(value_bits));
+      amax = std::max(amax, std::fabs(value));
+    }
+  }
+}
+
+void draw_row(Rng& rng, double inv_scale_magnitude, HostSource& s, size_t i) {
+  uint8_t* bytes = &s.live_rows[i * s.live_row_bytes()];
+  if (s.is_model1()) {
+    s.live_scales[i] = 1.0f;
+    draw_model1_row(rng, inv_scale_magnitude, bytes, s.live_amax[i]);
+  } else {
+    draw_e4m3_row(rng, inv_scale_magnitude, s.inv_scale_dtype, s.head_dim, bytes, s.live_scales[i], s.live_amax[i]);
+  }
+}
+
 void size_live_rows(HostSource& s) {
   const size_t n = s.live_slots.size();
-  s.live_rows.resize(n * s.head_dim);
+  s.live_rows.resize(n * s.live_row_bytes());
   s.live_scales.resize(n);
   s.live_amax.resize(n);
 }
@@ -230,10 +306,7 @@ void size_live_rows(HostSource& s) {
 // Rows in slot order from one stream (the window's, as it always was for a seed).
 void draw_rows_in_order(HostSource& s, Rng& rng, double inv_scale_magnitude) {
   size_live_rows(s);
-  for (size_t i = 0; i < s.live_slots.size(); ++i) {
-    draw_row(rng, inv_scale_magnitude, s.inv_scale_dtype, s.head_dim, &s.live_rows[i * s.head_dim], s.live_scales[i],
-             s.live_amax[i]);
-  }
+  for (size_t i = 0; i < s.live_slots.size(); ++i) draw_row(rng, inv_scale_magnitude, s, i);
 }
 
 // Rows in chunks from per-chunk streams, on every core: a C128A layer at a 1M context holds
@@ -243,10 +316,7 @@ void draw_rows_in_chunks(HostSource& s, uint64_t seed, double inv_scale_magnitud
   const int64_t n = static_cast<int64_t>(s.live_slots.size());
   parallel_for(n, kRowsPerChunk, host_threads(), [&](int64_t begin, int64_t end) {
     Rng rng(seed ^ (static_cast<uint64_t>(begin / kRowsPerChunk) * 0xD1B54A32D192ED03ull));
-    for (int64_t i = begin; i < end; ++i) {
-      draw_row(rng, inv_scale_magnitude, s.inv_scale_dtype, s.head_dim, &s.live_rows[i * s.head_dim], s.live_scales[i],
-               s.live_amax[i]);
-    }
+    for (int64_t i = begin; i < end; ++i) draw_row(rng, inv_scale_magnitude, s, static_cast<size_t>(i));
   });
 }
 
@@ -403,6 +473,18 @@ HostSource draw_extra_source(ExtraOptions& x, const HostBatch& b, const WindowPo
 
 }  // namespace
 
+uint8_t HostSource::poison_byte() const { return is_model1() ? kUe8m0NaN : kE4m3NaN; }
+
+int64_t HostSource::scale_bytes() const {
+  if (is_model1()) return 0;
+  return inv_scale_dtype == DType::kFloat32 ? 4 : 2;
+}
+
+int64_t entry_cache_bytes(KvFormat format, int64_t head_dim, DType inv_scale_dtype) {
+  if (format == KvFormat::kModel1) return kModel1RowBytes + kModel1ScaleRowBytes;
+  return head_dim + (inv_scale_dtype == DType::kFloat32 ? 4 : 2);
+}
+
 int64_t HostSource::columns(int64_t t) const {
   return columns_in_window(lens[t], static_cast<int32_t>(std::min<int64_t>(max_entries, kInt32Max)));
 }
@@ -427,8 +509,10 @@ int64_t HostBatch::floor_bytes(int64_t token_begin, int64_t token_count) const {
   const int64_t q_and_out = 2 * token_count * num_heads * head_dim * 2;
   const int64_t extra_entries = total_extra_entries(token_begin, token_count);
   const int64_t window_entries = total_valid_entries(token_begin, token_count) - extra_entries;
-  int64_t bytes = q_and_out + window_entries * (head_dim + scale_bytes() + index_bytes());
-  if (extra) bytes += extra_entries * (head_dim + extra->scale_bytes() + extra->index_bytes());
+  int64_t bytes = q_and_out + window_entries * (entry_cache_bytes(format, head_dim, inv_scale_dtype) + index_bytes());
+  if (extra) {
+    bytes += extra_entries * (entry_cache_bytes(extra->format, head_dim, extra->inv_scale_dtype) + extra->index_bytes());
+  }
   return bytes;
 }
 
@@ -561,6 +645,7 @@ struct Renumbering {
 
 void copy_source_shape(const HostSource& from, HostSource& to) {
   to.head_dim = from.head_dim;
+  to.format = from.format;
   to.max_entries = from.max_entries;
   to.index_cols = from.index_cols;
   to.index_stride = from.index_stride;
@@ -596,8 +681,8 @@ Renumbering compact_pool(const HostSource& pool, const std::vector<const HostSou
     const int64_t i = pool.live_index(r.ids[new_id]);
     if (i < 0) continue;
     into.live_slots.push_back(static_cast<int64_t>(new_id));
-    into.live_rows.insert(into.live_rows.end(), pool.live_rows.begin() + i * pool.head_dim,
-                          pool.live_rows.begin() + (i + 1) * pool.head_dim);
+    into.live_rows.insert(into.live_rows.end(), pool.live_rows.begin() + i * pool.live_row_bytes(),
+                          pool.live_rows.begin() + (i + 1) * pool.live_row_bytes());
     into.live_scales.push_back(pool.live_scales[i]);
     into.live_amax.push_back(pool.live_amax[i]);
   }
@@ -686,6 +771,7 @@ std::vector<uint8_t> encode_ints(const std::vector<int64_t>& values, DType dtype
 }
 
 std::vector<uint8_t> dense_inv_scale(const HostSource& pool) {
+  if (pool.is_model1()) return {};
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<uint8_t> bytes(pool.num_slots * pool.scale_bytes());
   for (int64_t slot = 0, i = 0; slot < pool.num_slots; ++slot) {
@@ -703,11 +789,33 @@ std::vector<uint8_t> dense_inv_scale(const HostSource& pool) {
   return bytes;
 }
 
-std::vector<uint8_t> dense_kv_cache(const HostSource& pool) {
-  std::vector<uint8_t> bytes(pool.kv_cache_bytes(), kE4m3NaN);
-  for (size_t i = 0; i < pool.live_slots.size(); ++i) {
-    std::memcpy(&bytes[pool.kv_row_offset(pool.live_slots[i])], &pool.live_rows[i * pool.head_dim], pool.head_dim);
+namespace {
+
+// Writes live row i of `pool` into `bytes`, which hold the pool's bytes from offset `begin` on.
+void write_live_row(const HostSource& pool, int64_t i, uint8_t* bytes, int64_t begin) {
+  const int64_t slot = pool.live_slots[i];
+  const uint8_t* row = &pool.live_rows[i * pool.live_row_bytes()];
+  if (!pool.is_model1()) {
+    std::memcpy(bytes + pool.kv_row_offset(slot) - begin, row, pool.head_dim);
+    return;
   }
+  std::memcpy(bytes + pool.kv_row_offset(slot) - begin, row, kModel1RowBytes);
+  std::memcpy(bytes + pool.kv_scale_row_offset(slot) - begin, row + kModel1RowBytes, kModel1ScaleRowBytes);
+}
+
+// The pool bytes live slot `slot`'s data lies in: its row, or in kModel1 its whole block (the row
+// and the scale row in the footer; a span that ended inside a block would overlap the next).
+std::pair<int64_t, int64_t> live_extent(const HostSource& pool, int64_t slot) {
+  if (!pool.is_model1()) return {pool.kv_row_offset(slot), pool.kv_row_offset(slot) + pool.head_dim};
+  const int64_t block_begin = slot / pool.block_size * pool.kv_block_stride;
+  return {block_begin, block_begin + pool.kv_block_stride};
+}
+
+}  // namespace
+
+std::vector<uint8_t> dense_kv_cache(const HostSource& pool) {
+  std::vector<uint8_t> bytes(pool.kv_cache_bytes(), pool.poison_byte());
+  for (int64_t i = 0; i < static_cast<int64_t>(pool.live_slots.size()); ++i) write_live_row(pool, i, bytes.data(), 0);
   return bytes;
 }
 
@@ -715,12 +823,14 @@ std::vector<PoolSpan> pool_spans(const HostSource& pool, int64_t max_gap, int64_
   std::vector<PoolSpan> spans;
   const int64_t n = static_cast<int64_t>(pool.live_slots.size());
   for (int64_t i = 0; i < n;) {
-    PoolSpan span{.begin = pool.kv_row_offset(pool.live_slots[i]), .end = 0, .first_live = i, .end_live = i + 1};
-    span.end = span.begin + pool.head_dim;
+    const auto [begin, end] = live_extent(pool, pool.live_slots[i]);
+    PoolSpan span{.begin = begin, .end = end, .first_live = i, .end_live = i + 1};
     for (; span.end_live < n; ++span.end_live) {
-      const int64_t offset = pool.kv_row_offset(pool.live_slots[span.end_live]);
-      if (offset - span.end > max_gap || offset + pool.head_dim - span.begin > max_bytes) break;
-      span.end = offset + pool.head_dim;
+      const auto [next_begin, next_end] = live_extent(pool, pool.live_slots[span.end_live]);
+      // A slot inside the span (the same kModel1 block) always joins it: spans must not overlap.
+      const bool inside = next_begin < span.end;
+      if (!inside && (next_begin - span.end > max_gap || next_end - span.begin > max_bytes)) break;
+      span.end = std::max(span.end, next_end);
     }
     spans.push_back(span);
     i = span.end_live;
@@ -729,11 +839,8 @@ std::vector<PoolSpan> pool_spans(const HostSource& pool, int64_t max_gap, int64_
 }
 
 void fill_span(const HostSource& pool, const PoolSpan& span, uint8_t* bytes) {
-  std::memset(bytes, kE4m3NaN, static_cast<size_t>(span.end - span.begin));
-  for (int64_t i = span.first_live; i < span.end_live; ++i) {
-    std::memcpy(bytes + pool.kv_row_offset(pool.live_slots[i]) - span.begin, &pool.live_rows[i * pool.head_dim],
-                pool.head_dim);
-  }
+  std::memset(bytes, pool.poison_byte(), static_cast<size_t>(span.end - span.begin));
+  for (int64_t i = span.first_live; i < span.end_live; ++i) write_live_row(pool, i, bytes, span.begin);
 }
 
 HostTensors materialize_host(const HostBatch& batch) {
@@ -769,9 +876,9 @@ KvSource extra_args(const HostBatch& batch, const TensorPointers& at) {
       .block_size = x.block_size,
       .stride_kv_block = x.kv_block_stride,
       .stride_kv_token = x.kv_row_stride,
-      .inv_scale = at.extra_inv_scale,
+      .inv_scale = x.is_model1() ? nullptr : at.extra_inv_scale,  // kModel1's scales are in its cache
       .inv_scale_dtype = x.inv_scale_dtype,
-      .num_scales = x.num_slots,
+      .num_scales = x.is_model1() ? 0 : x.num_slots,
       .indices = at.extra_indices,
       .index_dtype = x.index_dtype,
       .index_cols = x.index_cols,
@@ -779,6 +886,7 @@ KvSource extra_args(const HostBatch& batch, const TensorPointers& at) {
       .lens = at.extra_lens,
       .lens_dtype = x.lens_dtype,
       .max_entries = x.max_entries,
+      .format = x.format,
   };
 }
 
@@ -800,9 +908,10 @@ DecodeArgs batch_args(const HostBatch& batch, const TensorPointers& at, int64_t 
       .kv_cache = at.kv_cache,
       .stride_kv_block = batch.kv_block_stride,
       .stride_kv_token = batch.kv_row_stride,
-      .inv_scale = at.inv_scale,
+      .kv_format = batch.format,
+      .inv_scale = batch.is_model1() ? nullptr : at.inv_scale,  // kModel1's scales are in its cache
       .inv_scale_dtype = batch.inv_scale_dtype,
-      .num_scales = batch.num_slots,
+      .num_scales = batch.is_model1() ? 0 : batch.num_slots,
       .indices = at.indices,
       .index_dtype = batch.index_dtype,
       .index_cols = batch.index_cols,

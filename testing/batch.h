@@ -5,7 +5,10 @@
 // min(len, W) positions, oldest first, padded with -1. Only the cache rows that some VALID entry
 // names (docs/semantics.md, "Valid entries") hold data; every other slot is poisoned (e4m3 NaN in
 // all D bytes, NaN scale), as are the kv row padding bytes and the q padding elements, so a kernel
-// that reads anything it must not turns the output into NaN.
+// that reads anything it must not turns the output into NaN. A source in kModel1 rows
+// (docs/semantics.md, "Row formats": 576-byte rows, scale rows in each block's footer) is poisoned
+// with 0xFF in every byte no valid entry names (NaN as e4m3, as bf16 and as UE8M0): unused rows,
+// their footer scale rows, the pad byte of every scale row and the padding after each footer.
 //
 // An optional extra source (docs/semantics.md, "The extra source") holds the request's compressed
 // entries in a pool of its own (or in the window's): a C4A layer's top-k of its context / 4
@@ -46,6 +49,9 @@ struct ExtraOptions {
   DType index_dtype = DType::kInt32;
   DType lens_dtype = DType::kInt32;
   DType inv_scale_dtype = DType::kBFloat16;
+  // Row layout, as BatchOptions::kv_format (kModel1: kv_row_stride 0 or 576, kv_block_pad a
+  // multiple of 576 after FlashMLA's padded block, inv_scale_dtype ignored).
+  KvFormat format = KvFormat::kE4m3;
   std::vector<int64_t> lens = {};   // per-token value written to extra.lens; empty = the entries
   double hole_fraction = 0.0;          // entry columns set to -1
   double duplicate_fraction = 0.0;     // entry columns repeating another entry column's slot
@@ -55,7 +61,7 @@ struct ExtraOptions {
   bool garbage_past_entries = false;   // columns past the entries hold in-range ids of poisoned slots
   // The extra source reads the window's cache and scales: compressed position p of a request is
   // its context position p * compress_ratio in the window's pool, which must then cover the whole
-  // context. block_size, spare_blocks, the kv strides and inv_scale_dtype above are ignored.
+  // context. block_size, spare_blocks, the kv strides, inv_scale_dtype and format above are ignored.
   bool shares_window_cache = false;
   double cross_duplicate_fraction = 0.0;  // with a shared cache: entry columns naming a slot of the token's window
 };
@@ -76,6 +82,11 @@ struct BatchOptions {
   bool window_pool_covers_context = true;
   int64_t kv_row_stride = 0;       // bytes; 0 = head_dim (e.g. 576 for a padded row format)
   int64_t kv_block_pad = 0;        // bytes after each block's rows: stride_kv_block = block_size * kv_row_stride + pad
+  // Row layout of the window's cache (docs/semantics.md, "Row formats"). kModel1 needs head_dim 512
+  // and takes kv_row_stride 0 or 576 and a kv_block_pad in multiples of 576, added after the block
+  // FlashMLA lays out (strides.h, model1_strides); its scales are in the cache, so inv_scale_dtype
+  // and inv_scale_magnitude's dtype rounding do not apply (the magnitude must be a power of two).
+  KvFormat kv_format = KvFormat::kE4m3;
   // q token-major [T, H, D] (the default) or head-major [H, T, D]; the defaults of the strides follow.
   bool q_head_major = false;
   int64_t q_head_stride = 0;       // elements; 0 = head_dim (head-major: num_tokens * q_token_stride)
@@ -118,7 +129,8 @@ struct BatchOptions {
 // One KV source of a generated batch: its pool's shape, its ids and lengths (int64, narrowed to
 // the source's dtypes on upload) and its live rows.
 struct HostSource {
-  int64_t head_dim = 0;       // D: e4m3 bytes of a row
+  int64_t head_dim = 0;       // D: elements of a row (its e4m3 bytes in kE4m3)
+  KvFormat format = KvFormat::kE4m3;
   int64_t max_entries = 0;    // index columns a token may use: window_size, or the extra source's X
   int64_t index_cols = 0, index_stride = 0;
   int64_t block_size = 0, num_blocks = 0, num_slots = 0, kv_row_stride = 0, kv_block_stride = 0;
@@ -134,8 +146,11 @@ struct HostSource {
 
   // The live cache rows: slots named by at least one valid entry, sorted ascending.
   std::vector<int64_t> live_slots;
-  std::vector<uint8_t> live_rows;    // [live_slots.size() * head_dim] e4m3 codes, all finite
-  std::vector<float> live_scales;    // [live_slots.size()] (bf16-representable if bf16 dtype)
+  // [live_slots.size() * live_row_bytes()], all finite: kE4m3: the D e4m3 codes; kModel1: the
+  // 576-byte row (448 e4m3 codes, 64 bf16 values) then its 8-byte scale row (7 UE8M0 bytes, the
+  // pad byte 0xFF).
+  std::vector<uint8_t> live_rows;
+  std::vector<float> live_scales;    // [live_slots.size()] (bf16-representable if bf16 dtype); 1 in kModel1
   std::vector<double> live_amax;     // [live_slots.size()] max |dequantized value| of the row
 
   std::vector<int64_t> entries;      // per token: valid entries of this source
@@ -146,11 +161,25 @@ struct HostSource {
   int64_t kv_row_offset(int64_t slot) const {  // bytes from the start of the pool to slot's row
     return slot / block_size * kv_block_stride + slot % block_size * kv_row_stride;
   }
+  // kModel1: bytes from the start of the pool to slot's scale row in its block's footer.
+  int64_t kv_scale_row_offset(int64_t slot) const {
+    return slot / block_size * kv_block_stride + block_size * kModel1RowBytes + slot % block_size * kModel1ScaleRowBytes;
+  }
+  bool is_model1() const { return format == KvFormat::kModel1; }
+  int64_t live_row_bytes() const { return is_model1() ? kModel1RowBytes + kModel1ScaleRowBytes : head_dim; }
+  // What every byte of the pool that holds no live data is filled with.
+  uint8_t poison_byte() const;
   int64_t kv_cache_bytes() const { return num_blocks * kv_block_stride; }
   int64_t index_bytes() const { return index_dtype == DType::kInt32 ? 4 : 8; }
   int64_t lens_bytes() const { return lens_dtype == DType::kInt32 ? 4 : 8; }
-  int64_t scale_bytes() const { return inv_scale_dtype == DType::kFloat32 ? 4 : 2; }
+  // Bytes of one inv_scale element; 0 in kModel1, which passes none.
+  int64_t scale_bytes() const;
 };
+
+// Cache bytes one valid entry of a source in `format` makes a decode read (its id aside): the D
+// e4m3 bytes and the inv_scale element of kE4m3, the 576-byte row and its 8-byte scale row of
+// kModel1. The floor's bytes (HostBatch::floor_bytes) and the bench's input-set sizing use it.
+int64_t entry_cache_bytes(KvFormat format, int64_t head_dim, DType inv_scale_dtype);
 
 // A generated batch. Tensors with strides are stored with their padding (filled with poison or
 // garbage). The window's source fields are the batch's own (HostBatch derives from HostSource),
@@ -174,6 +203,7 @@ struct HostBatch : HostSource {
   std::vector<int64_t> context;        // per token: the request's context length
 
   const HostSource& window() const { return *this; }
+  bool has_model1_source() const { return is_model1() || (extra && extra->is_model1()); }
   // The source whose live rows hold `source`'s rows: the window for an extra source sharing its cache.
   const HostSource& rows_of(const HostSource& source) const {
     return source.shares_window_cache ? window() : source;
@@ -182,7 +212,7 @@ struct HostBatch : HostSource {
   int64_t total_valid_entries(int64_t token_begin, int64_t token_count) const;
   int64_t total_extra_entries(int64_t token_begin, int64_t token_count) const;
   // Bytes a decode of tokens [begin, begin + count) must move at least (ANCHORS.md, "The floor"):
-  // q + out + per valid entry of each source (D-byte row + that source's scale + index).
+  // q + out + per valid entry of each source (entry_cache_bytes of its format + its index).
   int64_t floor_bytes(int64_t token_begin, int64_t token_count) const;
   // Its FLOPs: q.k and p.v over every valid entry, 4 * H * D per entry.
   double floor_flops(int64_t token_begin, int64_t token_count) const;
@@ -232,14 +262,16 @@ DecodeArgs batch_args(const HostBatch& batch, const TensorPointers& at, int64_t 
 
 // Typed copies (the dtype asked for) of values kept as int64 / float in a HostSource.
 std::vector<uint8_t> encode_ints(const std::vector<int64_t>& values, DType dtype);
-std::vector<uint8_t> dense_inv_scale(const HostSource& pool);  // [num_slots], NaN where not live
+std::vector<uint8_t> dense_inv_scale(const HostSource& pool);  // [num_slots], NaN where not live; empty in kModel1
 std::vector<uint8_t> dense_kv_cache(const HostSource& pool);   // [kv_cache_bytes()], poisoned but the live rows
 
 // The pieces of a pool an upload writes over a poisoned copy: byte ranges [begin, end) holding
 // live rows [first_live, end_live), merged where the poison between two live rows is at most
-// `max_gap` bytes and cut at `max_bytes` (a larger span is one row). fill_span writes a span's
-// bytes, poison but the live rows, to `bytes` ([end - begin]). A C4A pool (every 16th row live)
-// is then a few large copies instead of one per row, a window pool one copy per window.
+// `max_gap` bytes and cut at `max_bytes` (a larger span is one row, or one kModel1 block: a
+// kModel1 slot's bytes are its block's, its row and its scale row in the footer, and spans never
+// share a byte). fill_span writes a span's bytes, poison but the live rows, to `bytes`
+// ([end - begin]). A C4A pool (every 16th row live) is then a few large copies instead of one per
+// row, a window pool one copy per window.
 struct PoolSpan {
   int64_t begin = 0, end = 0;
   int64_t first_live = 0, end_live = 0;

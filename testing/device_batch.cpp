@@ -5,7 +5,6 @@
 #include <string>
 
 #include "testing/cuda_check.h"
-#include "testing/host_numerics.h"
 
 namespace swa_decode::testing {
 
@@ -49,7 +48,7 @@ void upload_pool(const HostSource& pool, DeviceBuffer& buffer, const char* name)
   if (buffer.bytes() != static_cast<size_t>(pool.kv_cache_bytes())) {
     throw std::invalid_argument(std::string("upload_into: ") + name + " size differs from the batch's pool");
   }
-  SWAD_TESTING_CUDA_CHECK(cudaMemset(buffer.get(), kE4m3NaN, buffer.bytes()));
+  SWAD_TESTING_CUDA_CHECK(cudaMemset(buffer.get(), pool.poison_byte(), buffer.bytes()));
   const std::vector<PoolSpan> spans = pool_spans(pool, kMaxPoisonGapBytes, kMaxSpanBytes);
   if (spans.empty()) return;
   int64_t largest = 0;

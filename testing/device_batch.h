@@ -19,7 +19,8 @@ struct DeviceBatch {
   DeviceBuffer extra_kv_cache, extra_inv_scale, extra_indices, extra_lens;
 };
 
-// Allocates and fills every tensor; each pool is written as e4m3 NaN everywhere but the live rows.
+// Allocates and fills every tensor; each pool is written as its poison (HostSource::poison_byte)
+// everywhere but the live rows. A kModel1 source has no inv_scale buffer (its scales are in the cache).
 DeviceBatch upload_batch(const HostBatch& batch);
 
 // Writes `batch` into buffers already allocated for a batch of the same sizes (throws

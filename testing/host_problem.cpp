@@ -12,19 +12,10 @@ namespace {
 
 constexpr int64_t kNoEntry = -1;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr int64_t kModel1RopeDims = kModel1HeadDim - kModel1E4m3Dims;
-constexpr int64_t kModel1ScalesPerRow = 7;  // one UE8M0 byte per 64 e4m3 dims
-
-// A kModel1 block as FlashMLA lays it out: B rows of 576 bytes, B scale rows of 8 bytes, rounded up
-// to a multiple of 576 bytes (1,728 at B = 2, 149,760 at B = 256), then `pad` more bytes.
-int64_t model1_block_stride(int64_t block_size, int64_t pad) {
-  const int64_t used = block_size * (kModel1RowBytes + kModel1ScaleRowBytes);
-  return (used + kModel1RowBytes - 1) / kModel1RowBytes * kModel1RowBytes + pad;
-}
 
 // kv_cache strides of a source: the padded rows of kE4m3, the fixed layout of kModel1.
 PaddedStrides kv_strides(KvFormat format, int64_t block_size, int64_t head_dim, int64_t token_pad, int64_t block_pad) {
-  if (format == KvFormat::kModel1) return {.group = model1_block_stride(block_size, block_pad), .row = kModel1RowBytes};
+  if (format == KvFormat::kModel1) return model1_strides(block_size, block_pad);
   return padded_strides(block_size, head_dim, token_pad, block_pad);
 }
 

@@ -39,6 +39,14 @@ std::optional<LayerKind> parse_layer(std::string_view name) {
   return std::nullopt;
 }
 
+const char* format_name(KvFormat format) { return format == KvFormat::kModel1 ? "model1" : "seed"; }
+
+std::optional<KvFormat> parse_format(std::string_view name) {
+  if (name == "seed") return KvFormat::kE4m3;
+  if (name == "model1") return KvFormat::kModel1;
+  return std::nullopt;
+}
+
 int64_t default_mean_context(LayerKind kind) { return facts(kind).default_mean_context; }
 
 int64_t max_mean_context(LayerKind kind) { return facts(kind).max_mean_context; }
@@ -84,6 +92,8 @@ BatchOptions layer_options(const LayerSpec& raw, int64_t num_tokens, int64_t num
   o.num_heads = num_heads;
   o.head_dim = kGpuHeadDim;
   o.window_size = window_size;
+  o.kv_format = spec.format;
+  o.block_size = spec.format == KvFormat::kModel1 ? kModel1WindowBlockSize : kSeedWindowBlockSize;
   o.max_context = 2 * spec.mean_context;
   o.index_dtype = index_dtype;
   o.lens_dtype = index_dtype;
@@ -95,6 +105,7 @@ BatchOptions layer_options(const LayerSpec& raw, int64_t num_tokens, int64_t num
   o.window_pool_covers_context = false;
   o.padding_row_fraction = kLayerPaddingRowFraction;
   ExtraOptions x;
+  x.format = spec.format;
   x.index_dtype = index_dtype;
   x.lens_dtype = index_dtype;
   if (spec.kind == LayerKind::kC4a) {

@@ -3,7 +3,7 @@
 //
 // Every request has its own context, drawn uniformly from [1, 2 * mean_context]; its window is its
 // last min(context, W) positions, as in every batch. On top of it:
-//  - swa:   the window alone, in a pool that covers every request's whole context (blocks of 256).
+//  - swa:   the window alone, in a pool that covers every request's whole context.
 //  - c4a:   the top-k an indexer picked: min(top_k, context / 4) of the request's context / 4
 //           compressed positions, drawn without replacement, in a pool of blocks of 64 that holds
 //           all of them (FlashMLA's C4A layers); top_k 512 (V4-Flash) or 1024 (V4-Pro).
@@ -13,6 +13,11 @@
 // sliding-window blocks behind the window: a 1M context would otherwise need 512 MiB of window
 // pool per request), and 1 row in 32 is a CUDA-graph padding row (lens 0 in both sources, its ids
 // left in place). Unused slots of both pools are poisoned, as in every batch.
+//
+// Every source's rows are in one format: the seed's (kE4m3: D e4m3 bytes a row, a bf16 scale per
+// slot, the window in blocks of 256) or the engines' (kModel1, docs/semantics.md "Row formats":
+// 576-byte rows with their scale rows in each block's footer, blocks padded to a multiple of 576
+// bytes as FlashMLA lays them out, the window in blocks of 64 as vLLM's and SGLang's SWA caches).
 #pragma once
 
 #include <cstdint>
@@ -31,15 +36,21 @@ inline constexpr int64_t kC128aCompressRatio = 128;
 inline constexpr int64_t kC4aBlockSize = 64;
 inline constexpr int64_t kC128aBlockSize = 2;
 inline constexpr double kLayerPaddingRowFraction = 1.0 / 32;
+inline constexpr int64_t kSeedWindowBlockSize = 256;   // DeepSeek-V4 serving's pages
+inline constexpr int64_t kModel1WindowBlockSize = 64;  // the engines' SWA cache for MODEL1 rows
 
 struct LayerSpec {
   LayerKind kind = LayerKind::kSwa;
+  KvFormat format = KvFormat::kE4m3;  // of every source: kE4m3 ("seed") or kModel1 ("model1")
   int64_t mean_context = 0;  // 0 = default_mean_context(kind)
   int64_t top_k = 0;         // c4a only; 0 = default_top_k(num_heads)
 };
 
 const char* layer_name(LayerKind kind);                  // "swa", "c4a", "c128a"
 std::optional<LayerKind> parse_layer(std::string_view name);
+// The bench's names of the row formats (its --format and its JSON rows' "format"): "seed", "model1".
+const char* format_name(KvFormat format);
+std::optional<KvFormat> parse_format(std::string_view name);
 
 // swa 4096 (contexts 1..8192, the bench's batch before layers existed), c4a 32768 (up to 64k),
 // c128a 65536 (512 compressed entries on average).
@@ -56,7 +67,8 @@ std::string layer_problem(const LayerSpec& spec, int64_t num_heads);
 
 // The batch options of `num_tokens` requests of a layer with the window `window_size`: sinks and
 // the LSE on, int32 ids and lengths (what engines pass) unless `index_dtype` says otherwise, bf16
-// scales, every default of `spec` resolved. Throws std::invalid_argument on a layer_problem.
+// scales (kE4m3), every source in spec.format, every default of `spec` resolved. Throws
+// std::invalid_argument on a layer_problem.
 BatchOptions layer_options(const LayerSpec& spec, int64_t num_tokens, int64_t num_heads, int64_t window_size,
                            DType index_dtype, uint64_t seed);
 

@@ -58,6 +58,13 @@ struct ConfigSpace {
   double extra_share = 0.25;
   int64_t max_extra_entries = 4096;
   int64_t max_extra_block_size = 256;
+  // Draws with sources in kModel1 rows (docs/semantics.md, "Row formats"): the window's, the extra
+  // source's own pool's or both, with D = 512, 576-byte rows and FlashMLA's padded blocks, plus 1..3
+  // more rows of bytes half the time. Whether a draw is one is decided by a stream of its own and
+  // its formats after every other draw, so that every other configuration is what it was before
+  // the format existed; such a draw differs from its kE4m3 twin only in D (and what derives from
+  // it) and in its sources' cache layouts.
+  double model1_share = 0.20;
   // The reference check of one family's outputs compares every empty token and, of the others, at
   // most max_checked_tokens within this many multiply-adds (at least one token). The reference
   // runs ~0.5-1 GMAC/s per core (plain double loops): 6M multiply-adds is ~6-12 ms per check.
@@ -65,10 +72,11 @@ struct ConfigSpace {
   int64_t max_checked_tokens = 8;
 };
 
-// D = 512, every GPU shape and stride, 30% shaped for sm90, 3% misaligned.
+// D = 512, every GPU shape and stride, 30% shaped for sm90, 3% misaligned, 20% with kModel1 sources.
 ConfigSpace gpu_space();
 // D in {1, 8, 13, 16, 64}, H <= 20, any stride (the CPU backend runs every valid argument set),
-// extra sources in 30% of the draws with X <= 1024, every token checked.
+// extra sources in 30% of the draws with X <= 1024, kModel1 sources (D = 512) in 8%, every token
+// checked.
 ConfigSpace cpu_space();
 
 enum class ShapeClass { kGeneral, kSm90, kMisaligned };
@@ -120,6 +128,7 @@ struct FamilyTally {
   std::string family;
   int64_t ran = 0, skipped = 0, failed = 0;
   int64_t ran_with_extra = 0;  // of `ran`, configurations with an extra source
+  int64_t ran_with_model1 = 0;  // of `ran`, configurations with a kModel1 source
   double max_rel_l2 = 0.0, max_err_over_tol = 0.0, max_lse_err = 0.0;
   std::map<std::string, int64_t> ran_by_kernel;
 };
@@ -158,12 +167,15 @@ struct CoverageMinimum {
   std::string kernel;  // empty: any kernel of the family
   double share;        // of the configurations run
   bool with_extra = false;  // count only the runs of configurations with an extra source
+  bool with_model1 = false;  // count only the runs of configurations with a kModel1 source
 };
 std::vector<CoverageMinimum> gpu_coverage_minimums();
 // Applied only from this many configurations on (a replay of one configuration runs no minimum).
 inline constexpr int64_t kMinConfigsForCoverage = 200;
 // "" when `tally` clears every minimum of its family (the per-kernel ones only if asked, the
-// extra-source ones only if `with_extra`); else one line per minimum missed.
-std::string coverage_shortfall(const FamilyTally& tally, int64_t configs, bool per_kernel, bool with_extra = true);
+// extra-source ones only if `with_extra`, the kModel1 ones only if `with_model1`); else one line per
+// minimum missed.
+std::string coverage_shortfall(const FamilyTally& tally, int64_t configs, bool per_kernel, bool with_extra = true,
+                               bool with_model1 = true);
 
 }  // namespace swa_decode::testing

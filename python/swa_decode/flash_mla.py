@@ -5,9 +5,8 @@ import: ``from swa_decode import flash_mla as flash_mla_interface``.
 
 Differences from FlashMLA: any h_q from 1 to 128 (FlashMLA pads to 64 or 128 heads); topk up to
 limits.MAX_WINDOW for indices and limits.MAX_EXTRA_ENTRIES for the extra ones; ids outside the cache are never read (FlashMLA reads any id other than -1); no
-scheduler metadata and no scratch beyond out and lse. Until the GPU kernels read MODEL1 rows, a
-call on CUDA tensors raises the library's kNotSupported message (ValueError); CPU tensors run the
-float64 reference.
+scheduler metadata and no scratch beyond out and lse, so a call with out= can be captured in a
+CUDA graph. CUDA tensors run the GPU kernels, CPU tensors the float64 reference.
 """
 
 from __future__ import annotations
@@ -99,8 +98,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     (_per_row_lens).
 
     The dense path (indices None), causal=True, a bf16 cache (is_fp8_kvcache False) and
-    head_dim_v other than 512 are refused. On CUDA tensors the call raises the library's
-    kNotSupported message (ValueError) until the GPU kernels read MODEL1 rows.
+    head_dim_v other than 512 are refused; valid arguments no GPU kernel of this build runs
+    raise the library's kNotSupported message (ValueError).
     """
     del block_table, cache_seqlens, tile_scheduler_metadata, num_splits  # no dense path, no plan
     if indices is None:

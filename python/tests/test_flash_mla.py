@@ -1,9 +1,16 @@
-"""swa_decode.flash_mla (FlashMLA's sparse-decode entry point) and decode(kv_format="model1") on CPU
-tensors (the float64 reference), against a MODEL1 packer and decoder of this file's own, written
-from the spec (docs/semantics.md, "Row formats"), and a float64 attention in torch.
+"""swa_decode.flash_mla (FlashMLA's sparse-decode entry point) and decode(kv_format="model1"), on CPU
+tensors (the float64 reference) and on CUDA tensors (the GPU kernels; skipped without a CUDA
+device), against a MODEL1 packer and decoder of this file's own, written from the spec
+(docs/semantics.md, "Row formats"), and a float64 attention in torch. On CUDA also: a CUDA-graph
+capture replayed on new inputs, and no allocation beyond out and lse.
 
 Every byte of a cache that no valid entry names is 0xFF: NaN as e4m3, as bf16 and as UE8M0, so a
-read of an unused row, footer or pad shows as NaN in the output."""
+read of an unused row, footer or pad shows as NaN in the output.
+
+Tolerance: the CPU backend rounds the exact result once to bf16; a GPU kernel works in bf16 / fp32
+like any fast kernel, so it is held, as in test_gpu.py, to twice the error of a plain bf16
+pipeline (the softmax weights rounded to bf16; MODEL1 values are exact in bf16) on the same input,
+plus one bf16 ulp of the output's magnitude."""
 
 from __future__ import annotations
 
@@ -15,6 +22,10 @@ import pytest
 torch = pytest.importorskip("torch")
 import swa_decode  # noqa: E402
 from swa_decode import flash_mla as flash_mla_interface  # noqa: E402 (the engines' spelling)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# Every case runs on the CPU backend and, where there is one, on the GPU.
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
 D, NOPE, ROPE = 512, 448, 64
 ROW, SCALE_ROW = 576, 8          # a row's bytes: 448 e4m3 + 64 * 2 bf16; a scale row: 7 UE8M0 + 1
@@ -36,6 +47,7 @@ class Model1Cache:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.stride = block_stride(block_size, extra_rows)
         self.bytes = torch.full((num_blocks * self.stride,), POISON, dtype=torch.uint8)
+        self._on_device = {}  # device -> a copy of the bytes, made once (write() comes first)
 
     @property
     def num_slots(self) -> int:
@@ -72,10 +84,16 @@ class Model1Cache:
         rope = self.bytes[start + NOPE:start + ROW].clone().view(torch.bfloat16).double()
         return torch.cat([(codes.view(-1, GROUP) * scales[:, None]).reshape(-1), rope])
 
-    def view(self, dtype=torch.uint8) -> torch.Tensor:
-        flat = self.bytes.view(dtype)
-        return flat.as_strided((self.num_blocks, self.block_size, 1, ROW + SCALE_ROW),
-                               (self.stride, ROW + SCALE_ROW, ROW + SCALE_ROW, 1))
+    def view(self, dtype=torch.uint8, device="cpu") -> torch.Tensor:
+        """FlashMLA's k_cache over the bytes on `device` (one copy per device, so that two views
+        on one device share their storage as one engine cache does)."""
+        device = torch.device(device)
+        if device.type == "cpu":
+            flat = self.bytes
+        else:
+            flat = self._on_device.setdefault(device, self.bytes.to(device))
+        return flat.view(dtype).as_strided((self.num_blocks, self.block_size, 1, ROW + SCALE_ROW),
+                                           (self.stride, ROW + SCALE_ROW, ROW + SCALE_ROW, 1))
 
 
 def filled_cache(gen, num_blocks, block_size, live_slots, extra_rows=0) -> Model1Cache:
@@ -90,10 +108,16 @@ def filled_cache(gen, num_blocks, block_size, live_slots, extra_rows=0) -> Model
     return cache
 
 
-def reference(q, sources, softmax_scale, attn_sink):
+def reference(q, sources, softmax_scale, attn_sink, bf16_weights=False):
     """float64 attention: sources = [(cache, indices (b, s_q, topk), lens (b,) or None)]; a valid
     entry is one of the first lens columns with an id other than -1. Returns out (b, s_q, h_q, D)
-    and lse (b, h_q, s_q), lse +inf for a row with no entry (FlashMLA's convention)."""
+    and lse (b, h_q, s_q), lse +inf for a row with no entry (FlashMLA's convention).
+    bf16_weights: a plain bf16 pipeline instead (the softmax weights rounded to bf16 before they
+    weigh the rows), only to derive the GPU tolerance."""
+    q = q.cpu()
+    sources = [(cache, indices.cpu(), None if lens is None else lens.cpu())
+               for cache, indices, lens in sources]
+    attn_sink = None if attn_sink is None else attn_sink.cpu()
     batch, s_q, h_q, _ = q.shape
     out = torch.zeros(batch, s_q, h_q, D, dtype=torch.float64)
     lse = torch.full((batch, h_q, s_q), math.inf, dtype=torch.float64)
@@ -115,7 +139,10 @@ def reference(q, sources, softmax_scale, attn_sink):
             lse[b, :, s] = (torch.log(denominator) + top)[:, 0]
             if attn_sink is not None:
                 denominator = denominator + torch.exp(attn_sink.double()[:, None] - top)
-            out[b, s] = weights @ kv / denominator
+            probabilities = weights / denominator
+            if bf16_weights:
+                probabilities = probabilities.to(torch.bfloat16).double()
+            out[b, s] = probabilities @ kv
     return out, lse
 
 
@@ -135,11 +162,37 @@ def make_q(gen, batch, s_q, h_q):
     return torch.randn(batch, s_q, h_q, D, generator=gen).to(torch.bfloat16)
 
 
-def check(out, lse, ref_out, ref_lse):
+def check(out, lse, ref_out, ref_lse, baseline_out=None):
+    """out and lse against the float64 reference: as the CPU backend's exact result rounded to
+    bf16, or, given baseline_out (reference(..., bf16_weights=True)), within the GPU tolerance
+    above."""
     assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    out, lse = out.cpu().double(), lse.cpu().double()
     assert not out.isnan().any(), "a poisoned byte was read"
-    torch.testing.assert_close(out.double(), ref_out, atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-3, rtol=1e-4)
+    if baseline_out is None:
+        torch.testing.assert_close(out, ref_out, atol=2e-2, rtol=2e-2)
+    else:
+        baseline_err = (baseline_out.to(torch.bfloat16).double() - ref_out).abs().max().item()
+        tol = 2 * baseline_err + ref_out.abs().max().item() * 2.0 ** -8
+        err = (out - ref_out).abs().max().item()
+        assert err <= tol, (f"max error {err:.3g} > tolerance {tol:.3g} "
+                            f"(bf16 baseline {baseline_err:.3g})")
+        empty = ref_out.abs().amax(dim=(2, 3)) == 0
+        assert (out[empty] == 0).all(), "rows without entries must give exactly 0"
+    torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-4)
+
+
+def check_against_reference(out, lse, q, sources, softmax_scale, attn_sink, rows=slice(None),
+                            heads=slice(None)):
+    """check() of out[rows, :, heads] and lse[rows, heads] against the reference over the same q
+    heads, with the GPU tolerance when out is on CUDA."""
+    q = q[:, :, heads]
+    attn_sink = None if attn_sink is None else attn_sink[heads]
+    ref_out, ref_lse = reference(q, sources, softmax_scale, attn_sink)
+    baseline = None
+    if out.is_cuda:
+        baseline = reference(q, sources, softmax_scale, attn_sink, bf16_weights=True)[0][rows]
+    check(out[rows][:, :, heads], lse[rows][:, heads], ref_out[rows], ref_lse[rows], baseline)
 
 
 def call(q, cache, indices, **kwargs):
@@ -149,11 +202,18 @@ def call(q, cache, indices, **kwargs):
         **kwargs)
 
 
+def on(device, *tensors):
+    """The tensors on `device` (None stays None)."""
+    moved = tuple(None if t is None else t.to(device) for t in tensors)
+    return moved if len(moved) > 1 else moved[0]
+
+
 # ---- against the float64 reference ----------------------------------------------------------
-@pytest.mark.parametrize("h_q", [8, 64, 128])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("h_q", [8, 16, 64, 128])
 @pytest.mark.parametrize("s_q", [1, 2])
 @pytest.mark.parametrize("with_extra", [False, True])
-def test_matches_reference(h_q, s_q, with_extra):
+def test_matches_reference(h_q, s_q, with_extra, device):
     gen = torch.Generator().manual_seed(h_q * 10 + s_q + with_extra)
     batch, topk, block_size = 3, 32, 64
     live = list(range(0, 3 * block_size, 3))  # every third slot of 4 blocks; slot 1 is poisoned
@@ -170,83 +230,126 @@ def test_matches_reference(h_q, s_q, with_extra):
         extra_lens = torch.tensor([0, 6, 3], dtype=torch.int32)
         extra_indices = random_indices(gen, batch, s_q, 6, extra_live, extra_lens, dead_slot=0)
         sources.append((extra, extra_indices, extra_lens))
-        kwargs = dict(extra_k_cache=extra.view(torch.int8),
-                      extra_indices_in_kvcache=extra_indices, extra_topk_length=extra_lens)
-    out, lse = call(q, cache.view(), indices, topk_length=lens, attn_sink=sink, **kwargs)
+        kwargs = dict(extra_k_cache=extra.view(torch.int8, device),
+                      extra_indices_in_kvcache=on(device, extra_indices),
+                      extra_topk_length=on(device, extra_lens))
+    out, lse = call(on(device, q), cache.view(device=device), on(device, indices),
+                    topk_length=on(device, lens), attn_sink=on(device, sink), **kwargs)
     assert out.shape == (batch, s_q, h_q, D) and lse.shape == (batch, h_q, s_q)
-    check(out, lse, *reference(q, sources, 512 ** -0.5, sink))
+    assert out.device == q.to(device).device and lse.device == out.device
+    check_against_reference(out, lse, q, sources, 512 ** -0.5, sink)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.float8_e4m3fn])
-def test_every_column_counts_without_topk_length(dtype):
+def test_every_column_counts_without_topk_length(dtype, device):
     gen = torch.Generator().manual_seed(7)
     live = [0, 2, 5, 6, 9]
     cache = filled_cache(gen, 3, 4, live)
     indices = random_indices(gen, 2, 1, 8, live, None, dead_slot=1)
     q = make_q(gen, 2, 1, 16)
-    out, lse = call(q, cache.view(dtype), indices, softmax_scale=0.07)
-    check(out, lse, *reference(q, [(cache, indices, None)], 0.07, None))
+    out, lse = call(on(device, q), cache.view(dtype, device), on(device, indices),
+                    softmax_scale=0.07)
+    check_against_reference(out, lse, q, [(cache, indices, None)], 0.07, None)
 
 
-def test_empty_row_gets_zero_and_lse_plus_inf():
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_row_gets_zero_and_lse_plus_inf(device):
     gen = torch.Generator().manual_seed(3)
     cache = filled_cache(gen, 2, 4, [0, 3, 4])
     indices = torch.tensor([[[0, 3, 4]], [[-1, -1, -1]], [[0, 3, 1]]], dtype=torch.int32)
     lens = torch.tensor([3, 3, 0], dtype=torch.int32)
     q = make_q(gen, 3, 1, 8)
-    out, lse = call(q, cache.view(), indices, topk_length=lens)
+    out, lse = call(on(device, q), cache.view(device=device), on(device, indices),
+                    topk_length=on(device, lens))
     assert torch.isinf(lse[1:]).all() and (lse[1:] > 0).all(), lse
     assert (out[1:] == 0).all()
-    check(out, lse, *reference(q, [(cache, indices, lens)], 512 ** -0.5, None))
+    check_against_reference(out, lse, q, [(cache, indices, lens)], 512 ** -0.5, None)
 
 
-def test_out_is_written_in_place_and_metadata_is_reused():
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_is_written_in_place_and_metadata_is_reused(device):
     gen = torch.Generator().manual_seed(4)
     cache = filled_cache(gen, 2, 8, range(16))
     metadata = flash_mla_interface.get_mla_metadata(None, 1, 1, num_heads_q=8, topk=4)
     for batch, h_q in ((2, 8), (3, 4)):  # one metadata object for shapes it never saw
         q = make_q(gen, batch, 1, h_q)
         indices = torch.randint(0, 16, (batch, 1, 4), generator=gen, dtype=torch.int32)
-        out = torch.full((batch, 1, h_q, D), math.nan, dtype=torch.bfloat16)
+        out = torch.full((batch, 1, h_q, D), math.nan, dtype=torch.bfloat16, device=device)
         result, lse = flash_mla_interface.flash_mla_with_kvcache(
-            q, cache.view(), None, None, 512, metadata, is_fp8_kvcache=True, indices=indices,
-            out=out)
+            on(device, q), cache.view(device=device), None, None, 512, metadata,
+            is_fp8_kvcache=True, indices=on(device, indices), out=out)
         assert result is out
-        check(out, lse, *reference(q, [(cache, indices, None)], 512 ** -0.5, None))
+        check_against_reference(out, lse, q, [(cache, indices, None)], 512 ** -0.5, None)
+
+
+@needs_cuda
+def test_both_sources_in_one_cache_on_cuda():
+    """Two query rows a batch row (s_q = 2, one length for both), the extra source reading the
+    window's very cache and ids: every entry counts twice."""
+    gen = torch.Generator().manual_seed(13)
+    live = list(range(0, 64, 2))
+    cache = filled_cache(gen, 2, 64, live)
+    lens = torch.tensor([9, 0], dtype=torch.int32)
+    indices = random_indices(gen, 2, 2, 16, live, lens, dead_slot=1)
+    q = make_q(gen, 2, 2, 64)
+    sink = torch.randn(64, generator=gen, dtype=torch.float32)
+    view = cache.view(device="cuda")
+    out, lse = call(q.cuda(), view, indices.cuda(), topk_length=lens.cuda(), attn_sink=sink.cuda(),
+                    extra_k_cache=view, extra_indices_in_kvcache=indices.cuda(),
+                    extra_topk_length=lens.cuda())
+    check_against_reference(out, lse, q, [(cache, indices, lens), (cache, indices, lens)],
+                            512 ** -0.5, sink)
 
 
 # ---- playing an engine -----------------------------------------------------------------------
-def test_plays_vllm():
-    """vLLM: q (T, 1, H, 512), caches (nb, 64, 1, 584) uint8, a C4A layer's window and compressed
-    entries; the CUDA-graph padding rows past the real batch have lengths 0 (ids -1)."""
-    gen = torch.Generator().manual_seed(11)
-    real, padded, heads, block_size = 3, 5, 64, 64
-    live = list(range(0, 2 * block_size, 2))
-    window_cache = filled_cache(gen, 3, block_size, live)
-    compressed_cache = filled_cache(gen, 2, block_size, live[:20])
+VLLM_REAL_ROWS, VLLM_ROWS, VLLM_BLOCK = 3, 5, 64
+
+
+def vllm_case(gen, heads, caches=None):
+    """vLLM's decode of a C4A layer: q (T, 1, H, 512), caches (nb, 64, 1, 584) uint8, the window
+    and the compressed entries; the CUDA-graph padding rows past the VLLM_REAL_ROWS real ones have
+    lengths 0 (ids -1). caches: the (window, compressed) caches of an earlier case to reuse, else
+    new ones. Returns q, the two caches, (indices, lens) of each, and the sink."""
+    live = list(range(0, 2 * VLLM_BLOCK, 2))
+    window_cache, compressed_cache = caches or (filled_cache(gen, 3, VLLM_BLOCK, live),
+                                                filled_cache(gen, 2, VLLM_BLOCK, live[:20]))
     lens = torch.tensor([16, 9, 1, 0, 0], dtype=torch.int32)
     extra_lens = torch.tensor([12, 0, 5, 0, 0], dtype=torch.int32)
-    indices = random_indices(gen, padded, 1, 16, live, lens, dead_slot=1)
-    extra_indices = random_indices(gen, padded, 1, 12, live[:20], extra_lens, dead_slot=1)
-    indices[real:] = -1
-    extra_indices[real:] = -1
-    q = make_q(gen, padded, 1, heads)
+    indices = random_indices(gen, VLLM_ROWS, 1, 16, live, lens, dead_slot=1)
+    extra_indices = random_indices(gen, VLLM_ROWS, 1, 12, live[:20], extra_lens, dead_slot=1)
+    indices[VLLM_REAL_ROWS:] = -1
+    extra_indices[VLLM_REAL_ROWS:] = -1
+    q = make_q(gen, VLLM_ROWS, 1, heads)
     sink = torch.randn(heads, generator=gen, dtype=torch.float32)
-    out, lse = call(q, window_cache.view(), indices, topk_length=lens, attn_sink=sink,
-                    extra_k_cache=compressed_cache.view(), extra_indices_in_kvcache=extra_indices,
-                    extra_topk_length=extra_lens)
-    ref_out, ref_lse = reference(q, [(window_cache, indices, lens),
-                                     (compressed_cache, extra_indices, extra_lens)],
-                                 512 ** -0.5, sink)
-    check(out[:real], lse[:real], ref_out[:real], ref_lse[:real])
+    return q, window_cache, compressed_cache, (indices, lens), (extra_indices, extra_lens), sink
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("heads", [8, 16, 64, 128])
+def test_plays_vllm(heads, device):
+    gen = torch.Generator().manual_seed(11 + heads)
+    real = VLLM_REAL_ROWS
+    q, window_cache, compressed_cache, (indices, lens), (extra_indices, extra_lens), sink = \
+        vllm_case(gen, heads)
+    out, lse = call(on(device, q), window_cache.view(device=device), on(device, indices),
+                    topk_length=on(device, lens), attn_sink=on(device, sink),
+                    extra_k_cache=compressed_cache.view(device=device),
+                    extra_indices_in_kvcache=on(device, extra_indices),
+                    extra_topk_length=on(device, extra_lens))
+    check_against_reference(out, lse, q, [(window_cache, indices, lens),
+                                          (compressed_cache, extra_indices, extra_lens)],
+                            512 ** -0.5, sink, rows=slice(0, real))
     assert (out[real:] == 0).all() and (lse[real:] == math.inf).all()
 
 
-def test_plays_sglang():
-    """SGLang: padding rows name slot 0 with length 1; this rank's heads are the first 16 of 64,
-    the rest of q uninitialized (NaN here), which must not leak into the heads it checks."""
-    gen = torch.Generator().manual_seed(12)
-    real, padded, heads, rank_heads, block_size = 2, 4, 64, 16, 64
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("heads, rank_heads", [(64, 8), (64, 16), (128, 64)])
+def test_plays_sglang(heads, rank_heads, device):
+    """SGLang: padding rows name slot 0 with length 1; this rank's heads are the first rank_heads
+    of q's, the rest of q uninitialized (NaN here), which must not leak into the heads it checks."""
+    gen = torch.Generator().manual_seed(12 + rank_heads)
+    real, padded, block_size = 2, 4, 64
     live = list(range(0, block_size))
     cache = filled_cache(gen, 2, block_size, live)  # block 1 is poisoned
     lens = torch.tensor([20, 7, 1, 1], dtype=torch.int32)
@@ -254,11 +357,10 @@ def test_plays_sglang():
     indices[real:, :, 0] = 0
     q = make_q(gen, padded, 1, heads)
     q[:, :, rank_heads:] = math.nan
-    out, lse = call(q, cache.view(torch.float8_e4m3fn), indices, topk_length=lens)
-    ref_out, ref_lse = reference(q[:, :, :rank_heads], [(cache, indices, lens)], 512 ** -0.5,
-                                 None)
-    check(out[:real, :, :rank_heads], lse[:real, :rank_heads], ref_out[:real],
-          ref_lse[:real])
+    out, lse = call(on(device, q), cache.view(torch.float8_e4m3fn, device), on(device, indices),
+                    topk_length=on(device, lens))
+    check_against_reference(out, lse, q, [(cache, indices, lens)], 512 ** -0.5, None,
+                            rows=slice(0, real), heads=slice(0, rank_heads))
     assert out[real:, :, :rank_heads].isfinite().all()  # padding rows: slot 0, finite
 
 
@@ -269,24 +371,27 @@ def model1_decode_case():
     indices = torch.tensor([[0, 5, 2], [1, -1, 3]], dtype=torch.int32)
     lens = torch.tensor([3, 2], dtype=torch.int32)
     q = make_q(gen, 2, 1, 8)
-    ref_out, ref_lse = reference(q, [(cache, indices[:, None], lens)], 0.05, None)
-    kv = cache.view()[:, :, 0]  # (num_blocks, B, 584): the 3-D spelling
-    return q[:, 0], kv, indices, lens, ref_out[:, 0], ref_lse[:, :, 0]
+    return q, cache, indices, lens
 
 
-def test_decode_reads_model1_on_each_path():
-    q, kv, indices, lens, ref_out, ref_lse = model1_decode_case()
-    ref_lse = torch.where(ref_lse == math.inf, -math.inf, ref_lse)
-    eager_out, eager_lse = swa_decode.decode(q, kv, None, indices, lens, block_size=4, scale=0.05,
-                                             return_lse=True, kv_format="model1")
-    op_out, op_lse = torch.ops.swa_decode.decode(q, kv, None, indices, lens, None, 4, 0.05, None,
-                                                 True, kv_format="model1")
-    out = torch.empty_like(q)
-    lse = torch.empty(q.shape[:2], dtype=torch.float32)
-    torch.ops.swa_decode.decode_out(q, kv, None, indices, lens, None, out, lse, 4, 0.05, None,
-                                    kv_format="model1")
+@pytest.mark.parametrize("device", DEVICES)
+def test_decode_reads_model1_on_each_path(device):
+    q, cache, indices, lens = model1_decode_case()
+    kv = cache.view(device=device)[:, :, 0]  # (num_blocks, B, 584): the 3-D spelling
+    q_rows, indices_on, lens_on = on(device, q[:, 0], indices, lens)
+    eager_out, eager_lse = swa_decode.decode(q_rows, kv, None, indices_on, lens_on, block_size=4,
+                                             scale=0.05, return_lse=True, kv_format="model1")
+    op_out, op_lse = torch.ops.swa_decode.decode(q_rows, kv, None, indices_on, lens_on, None, 4,
+                                                 0.05, None, True, kv_format="model1")
+    out = torch.empty_like(q_rows)
+    lse = torch.empty(q_rows.shape[:2], dtype=torch.float32, device=device)
+    torch.ops.swa_decode.decode_out(q_rows, kv, None, indices_on, lens_on, None, out, lse, 4, 0.05,
+                                    None, kv_format="model1")
     for o, l in ((eager_out, eager_lse), (op_out, op_lse), (out, lse)):
-        check(o, l, ref_out, ref_lse)
+        assert o.device == q_rows.device
+        # decode's lse says -inf for an empty row where flash_mla says +inf: none is empty here.
+        check_against_reference(o[:, None], l[:, :, None], q, [(cache, indices[:, None], lens)],
+                                0.05, None)
 
 
 # ---- argument errors -------------------------------------------------------------------------
@@ -310,7 +415,8 @@ def test_flash_mla_argument_errors(kwargs, error, words):
 
 
 def test_decode_format_errors():
-    q, kv, indices, lens, _, _ = model1_decode_case()
+    q, cache, indices, lens = model1_decode_case()
+    q, kv = q[:, 0], cache.view()[:, :, 0]
     with pytest.raises(ValueError, match="kv_format must be 'e4m3' or 'model1', got 'fp8'"):
         swa_decode.decode(q, kv, None, indices, lens, block_size=4, kv_format="fp8")
     with pytest.raises(TypeError, match="extra_kv_format must be a str"):
@@ -329,27 +435,102 @@ def test_decode_format_errors():
                           extra_kv_cache=kv, extra_indices=indices, extra_kv_format="model1")
 
 
-# ---- CUDA tensors ----------------------------------------------------------------------------
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_tensors_match_reference_or_are_refused_naming_the_format():
-    """Until a GPU kernel reads MODEL1 rows the library refuses the call (kNotSupported, naming
-    kv_format); once one does, this is the s_q = 2, extra-source case on the GPU."""
-    gen = torch.Generator().manual_seed(13)
-    live = list(range(0, 64, 2))
-    cache = filled_cache(gen, 2, 64, live)
-    lens = torch.tensor([9, 0], dtype=torch.int32)
-    indices = random_indices(gen, 2, 2, 16, live, lens, dead_slot=1)
-    q = make_q(gen, 2, 2, 64)
-    sink = torch.randn(64, generator=gen, dtype=torch.float32)
-    ref_out, ref_lse = reference(q, [(cache, indices, lens), (cache, indices, lens)],
-                                 512 ** -0.5, sink)
-    cuda_cache = cache.bytes.cuda()
-    view = cuda_cache.as_strided(cache.view().shape, cache.view().stride())
-    try:
-        out, lse = call(q.cuda(), view, indices.cuda(), topk_length=lens.cuda(),
-                        attn_sink=sink.cuda(), extra_k_cache=view,
-                        extra_indices_in_kvcache=indices.cuda(), extra_topk_length=lens.cuda())
-    except ValueError as error:
-        assert "kv_format" in str(error), error
-        return
-    check(out.cpu(), lse.cpu(), ref_out, ref_lse)
+# ---- CUDA: graph capture and allocations -----------------------------------------------------
+@needs_cuda
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_cuda_graph_capture_replays_new_contents(with_extra):
+    """Captured once; replayed after new q, indices and lengths (of both sources) were copied into
+    the captured buffers, each replay matching the reference of what the buffers then held."""
+    heads, real = 64, VLLM_REAL_ROWS
+    cases = [vllm_case(torch.Generator().manual_seed(21), heads)]
+    window_cache, compressed_cache = cases[0][1:3]  # one engine cache for every step
+    cases += [vllm_case(torch.Generator().manual_seed(seed), heads,
+                        (window_cache, compressed_cache)) for seed in (22, 23)]
+    q0, _, _, (indices0, lens0), (extra_indices0, extra_lens0), sink = cases[0]
+    static = dict(q=q0.cuda(), indices=indices0.cuda(), lens=lens0.cuda(),
+                  extra_indices=extra_indices0.cuda(), extra_lens=extra_lens0.cuda())
+    out = torch.empty(q0.shape, dtype=torch.bfloat16, device="cuda")
+    window_view, compressed_view, cuda_sink = (window_cache.view(device="cuda"),
+                                               compressed_cache.view(device="cuda"), sink.cuda())
+
+    def step():
+        extra = dict(extra_k_cache=compressed_view,
+                     extra_indices_in_kvcache=static["extra_indices"],
+                     extra_topk_length=static["extra_lens"]) if with_extra else {}
+        return call(static["q"], window_view, static["indices"], topk_length=static["lens"],
+                    attn_sink=cuda_sink, out=out, **extra)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = step()
+
+    for q, _, _, (indices, lens), (extra_indices, extra_lens), _ in cases[1:] + cases[:1]:
+        for name, value in dict(q=q, indices=indices, lens=lens, extra_indices=extra_indices,
+                                extra_lens=extra_lens).items():
+            static[name].copy_(value)
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        sources = [(window_cache, indices, lens)]
+        if with_extra:
+            sources.append((compressed_cache, extra_indices, extra_lens))
+        check_against_reference(out, lse, q, sources, 512 ** -0.5, sink, rows=slice(0, real))
+        assert (out[real:] == 0).all() and (lse[real:] == math.inf).all()
+
+
+def allocator_counts():
+    """The caching allocator's cumulative allocation count and requested bytes on this device."""
+    stats = torch.cuda.memory_stats()
+    return stats["allocation.all.allocated"], stats.get("requested_bytes.all.allocated")
+
+
+@needs_cuda
+def test_calls_allocate_nothing_beyond_out_and_lse():
+    """With out= given, flash_mla_with_kvcache allocates its lse alone, (b * s_q, h_q) fp32, per
+    call; without, out too; decode(..., out=, lse=) allocates nothing. (s_q = 1 with lengths given,
+    as engines call it: s_q > 1 or a missing length adds the per-row lengths, flash_mla.py says.)"""
+    heads, calls = 64, 20
+    q, window_cache, compressed_cache, (indices, lens), (extra_indices, extra_lens), sink = \
+        vllm_case(torch.Generator().manual_seed(31), heads)
+    q, indices, lens, extra_indices, extra_lens, sink = on("cuda", q, indices, lens, extra_indices,
+                                                           extra_lens, sink)
+    window_view = window_cache.view(device="cuda")
+    compressed_view = compressed_cache.view(device="cuda")
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
+    lse_bytes = q.shape[0] * q.shape[1] * heads * 4
+    out_bytes = out.numel() * out.element_size()
+
+    def flash_mla(**kwargs):
+        return call(q, window_view, indices, topk_length=lens, attn_sink=sink,
+                    extra_k_cache=compressed_view, extra_indices_in_kvcache=extra_indices,
+                    extra_topk_length=extra_lens, **kwargs)
+
+    rows_q, rows_out = q.view(-1, heads, D), out.view(-1, heads, D)
+    rows_lse = torch.empty(rows_q.shape[:2], dtype=torch.float32, device="cuda")
+
+    def decode_in_place():
+        swa_decode.decode(rows_q, window_view[:, :, 0], None, indices.view(-1, indices.shape[-1]),
+                          lens, block_size=64, attn_sink=sink, out=rows_out, return_lse=True,
+                          lse=rows_lse, kv_format="model1",
+                          extra_kv_cache=compressed_view[:, :, 0],
+                          extra_indices=extra_indices.view(-1, extra_indices.shape[-1]),
+                          extra_lens=extra_lens, extra_block_size=64, extra_kv_format="model1")
+
+    for fn, allocations, requested in ((lambda: flash_mla(out=out), 1, lse_bytes),
+                                       (flash_mla, 2, lse_bytes + out_bytes),
+                                       (decode_in_place, 0, 0)):
+        fn()  # warm-up: first-call work (the op registry, the device's attributes) is not a call's
+        torch.cuda.synchronize()
+        count_before, bytes_before = allocator_counts()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        count_after, bytes_after = allocator_counts()
+        assert count_after - count_before == calls * allocations
+        if bytes_before is not None:  # requested_bytes: torch >= 2.1
+            assert bytes_after - bytes_before == calls * requested

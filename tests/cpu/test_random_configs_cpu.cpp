@@ -16,8 +16,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@
 #include "testing/batch.h"
 #include "testing/host_numerics.h"
 #include "testing/random_config.h"
+#include "testing/strides.h"
 
 namespace swa_decode {
 namespace {
@@ -39,6 +42,18 @@ namespace st = swa_decode::testing;
 constexpr int64_t kCpuRandomConfigs = 1000;
 constexpr long double kInfL = std::numeric_limits<long double>::infinity();
 constexpr int kMaxReportedMismatches = 6;
+
+// Element d of a live kModel1 row as the generator keeps it (its 576-byte row, then its 8-byte
+// scale row), read from docs/semantics.md's "Row formats" alone: d < 448 is e4m3 byte d times
+// 2^(scale byte d / 64 - 127), d >= 448 the bf16 value at byte 448 + 2 (d - 448), low byte first.
+long double model1_element(const uint8_t* row, int64_t d) {
+  if (d < 448) return std::ldexp(static_cast<long double>(st::e4m3_to_double(row[d])), row[576 + d / 64] - 127);
+  const uint32_t bits = (static_cast<uint32_t>(row[448 + 2 * (d - 448)]) | static_cast<uint32_t>(row[449 + 2 * (d - 448)]) << 8)
+                        << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
 
 // Token t's valid entries as the oracle sees them, the window's then the extra source's, each
 // live row (of the source's own pool, or of the window's for an extra source sharing it)
@@ -55,9 +70,10 @@ std::vector<long double> oracle_keys(const st::HostBatch& b, int64_t t) {
       if (!slot_is_valid(slot, source->num_slots)) continue;
       const auto live = static_cast<size_t>(std::lower_bound(pool.live_slots.begin(), pool.live_slots.end(), slot) -
                                             pool.live_slots.begin());
-      const uint8_t* codes = &pool.live_rows[live * b.head_dim];
+      const uint8_t* codes = &pool.live_rows[live * pool.live_row_bytes()];
       for (int64_t d = 0; d < b.head_dim; ++d) {
-        keys.push_back(static_cast<long double>(st::e4m3_to_double(codes[d])) * pool.live_scales[live]);
+        keys.push_back(pool.is_model1() ? model1_element(codes, d)
+                                        : static_cast<long double>(st::e4m3_to_double(codes[d])) * pool.live_scales[live]);
       }
     }
   }
@@ -163,8 +179,9 @@ void take_extra_census(const st::RandomConfig& config, const st::HostBatch& b, C
   census["extra X=1"] += X == 1;
   census["extra X>=512"] += X >= 512;
   census["extra block_size=1"] += !x.shares_window_cache && x.block_size == 1;
-  census["extra kv_row_stride>D"] += !x.shares_window_cache && x.kv_row_stride > b.head_dim;
-  census["extra kv_block_pad>0"] += !x.shares_window_cache && x.kv_block_stride > x.block_size * x.kv_row_stride;
+  const bool own_e4m3 = !x.shares_window_cache && !x.is_model1();
+  census["extra kv_row_stride>D"] += own_e4m3 && x.kv_row_stride > b.head_dim;
+  census["extra kv_block_pad>0"] += own_e4m3 && x.kv_block_stride > x.block_size * x.kv_row_stride;
   census["extra index_cols>X"] += x.index_cols > X;
   census["extra index_row_pad>0"] += x.index_stride > x.index_cols;
   census["extra garbage past the entries"] += o.garbage_past_entries;
@@ -203,6 +220,29 @@ void take_extra_census(const st::RandomConfig& config, const st::HostBatch& b, C
   }
 }
 
+// The kModel1 sources' cases (docs/semantics.md, "Row formats"): which sources, padded blocks,
+// tokens that read such rows.
+void take_model1_census(const st::HostBatch& b, Census& census) {
+  const st::HostSource* x = b.extra ? &*b.extra : nullptr;
+  const bool own_extra = x != nullptr && !x->shares_window_cache;
+  census["model1 config"] += 1;
+  census["model1 window"] += b.is_model1();
+  census["model1 extra, own pool"] += own_extra && x->is_model1();
+  census["model1 extra, sharing the window's cache"] += x != nullptr && x->shares_window_cache;
+  census["model1 window, e4m3 extra"] += own_extra && b.is_model1() && !x->is_model1();
+  census["model1 extra, e4m3 window"] += own_extra && !b.is_model1() && x->is_model1();
+  census["model1 both sources, own pools"] += own_extra && b.is_model1() && x->is_model1();
+  for (const st::HostSource* source : {&b.window(), own_extra ? x : nullptr}) {
+    if (source == nullptr || !source->is_model1()) continue;
+    census["model1 block padded past FlashMLA's"] +=
+        source->kv_block_stride > st::model1_strides(source->block_size).group;
+    census["model1 block_size=1"] += source->block_size == 1;
+  }
+  for (int64_t t = 0; t < b.num_tokens; ++t) {
+    census["model1 token with entries"] += (b.is_model1() && b.entries[t] > 0) || (x != nullptr && x->is_model1() && x->entries[t] > 0);
+  }
+}
+
 // Counts configurations, tokens, heads and index entries by the case they exercise.
 void take_census(const st::RandomConfig& config, const st::HostBatch& b, Census& census) {
   const st::BatchOptions& o = config.options;
@@ -215,8 +255,8 @@ void take_census(const st::RandomConfig& config, const st::HostBatch& b, Census&
   census["config W>128"] += W > 128;
   census["config block_size=1"] += b.block_size == 1;
   census["config block_size>=512"] += b.block_size >= 512;
-  census["config kv_row_stride>D"] += b.kv_row_stride > b.head_dim;
-  census["config kv_block_pad>0"] += o.kv_block_pad > 0;
+  census["config kv_row_stride>D"] += !b.is_model1() && b.kv_row_stride > b.head_dim;
+  census["config kv_block_pad>0"] += !b.is_model1() && o.kv_block_pad > 0;
   census["config q head-major"] += o.q_head_major;
   census["config q padded token-major"] += !o.q_head_major && b.q_token_stride > b.num_heads * b.head_dim;
   census["config out padded"] += b.out_token_stride > b.num_heads * b.head_dim;
@@ -263,6 +303,7 @@ void take_census(const st::RandomConfig& config, const st::HostBatch& b, Census&
     census["token with duplicate entries"] += std::adjacent_find(valid.begin(), valid.end()) != valid.end();
   }
   if (b.extra) take_extra_census(config, b, census);
+  if (b.has_model1_source()) take_model1_census(b, census);
 }
 
 // Every case the semantics name, drawn at least `minimum` times (configurations, tokens, heads or
@@ -289,6 +330,10 @@ std::string census_shortfall(const Census& census, bool gpu, int64_t minimum) {
       "extra id -1", "extra id other negative", "extra id in [S_x, S): a window slot past its pool", "extra id >=S_x",
       "token with duplicate extra entries", "token with a slot in both sources"};
   required.insert(required.end(), extra_cases.begin(), extra_cases.end());
+  const std::vector<std::string> model1_cases = {
+      "model1 window", "model1 extra, own pool", "model1 window, e4m3 extra", "model1 extra, e4m3 window",
+      "model1 both sources, own pools", "model1 block padded past FlashMLA's", "model1 token with entries"};
+  required.insert(required.end(), model1_cases.begin(), model1_cases.end());
   if (gpu) required.push_back("config block_size>=512");
   for (DType index : {DType::kInt32, DType::kInt64}) {
     for (DType lens : {DType::kInt32, DType::kInt64}) {
@@ -375,34 +420,56 @@ DecodeArgs simulated_device_args(const st::HostBatch& batch) {
   return st::batch_args(batch, at, batch.num_tokens, Backend::kCuda, nullptr);
 }
 
-// Whether a family (kNone: any) runs an extra source on an H200, asked of the selection for a
-// C4A-like shape every kernel that reads one should run (H = 64, T = 128, W = 128, 512 entries,
-// 16-byte rows). Until a family's kernel reads extra sources its record refuses them.
-bool reads_extra_source(KernelId family) {
-  const DecodeShape c4a{.num_tokens = 128, .num_heads = 64, .head_dim = kGpuHeadDim, .window_size = 128,
-                        .kv_row_alignment = 16, .q_out_aligned_16 = true, .kv_last_row_offset = int64_t{1} << 20,
-                        .has_extra = true, .extra_max_entries = 512, .extra_kv_row_alignment = 16,
-                        .extra_kv_last_row_offset = int64_t{1} << 20};
-  return select_kernel(c4a, kH200, family).id() != KernelId::kNone;
+// Whether a family (kNone: any) runs, on an H200, the shape every kernel that reads such sources
+// should run: H = 64, T = 128, W = 128, 16-byte rows, the window in `window_format` and, if
+// `extra_format` is given, a C4A-like extra source (512 entries) in it. Until a family's kernel
+// reads extra sources, or kModel1 rows in a source, its record refuses them.
+bool reads_sources(KernelId family, KvFormat window_format, std::optional<KvFormat> extra_format) {
+  DecodeShape shape{.num_tokens = 128, .num_heads = 64, .head_dim = kGpuHeadDim, .window_size = 128,
+                    .kv_row_alignment = 16, .q_out_aligned_16 = true, .kv_last_row_offset = int64_t{1} << 20,
+                    .window_format = window_format};
+  if (extra_format) {
+    shape.has_extra = true;
+    shape.extra_max_entries = 512;
+    shape.extra_kv_row_alignment = 16;
+    shape.extra_kv_last_row_offset = int64_t{1} << 20;
+    shape.extra_format = *extra_format;
+  }
+  return select_kernel(shape, kH200, family).id() != KernelId::kNone;
+}
+
+// Whether a family reads what `batch`'s sources are (an extra source, kModel1 rows).
+bool reads_sources_of(KernelId family, const st::HostBatch& batch) {
+  return reads_sources(family, batch.format, batch.extra ? std::optional(batch.extra->format) : std::nullopt);
+}
+
+// Whether a family reads kModel1 rows in every combination of sources a draw holds.
+bool reads_model1(KernelId family) {
+  constexpr KvFormat kE4m3 = KvFormat::kE4m3, kModel1 = KvFormat::kModel1;
+  return reads_sources(family, kModel1, std::nullopt) && reads_sources(family, kModel1, kModel1) &&
+         reads_sources(family, kModel1, kE4m3) && reads_sources(family, kE4m3, kModel1);
 }
 
 TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
   const std::vector<std::pair<std::string, KernelId>> families = {
       {"free", KernelId::kNone}, {"portable", KernelId::kPortableMma}, {"sm90", KernelId::kSm90Wgmma}};
-  // Per family: every configuration, and those without an extra source (the coverage of a family
-  // that reads no extra source yet is judged on these alone).
-  std::vector<st::FamilyTally> tallies, window_only_tallies;
-  std::vector<bool> reads_extra;
+  // Per family: every configuration, and those whose sources it reads (the coverage of a family
+  // that reads no extra source or no kModel1 rows yet is judged on the configurations without them).
+  std::vector<st::FamilyTally> tallies, readable_tallies;
+  std::vector<int64_t> readable_configs(families.size(), 0);
+  std::vector<bool> reads_extra, reads_model1_rows;
   for (const auto& family : families) {
     st::FamilyTally tally;
     tally.family = family.first;
     tallies.push_back(tally);
-    window_only_tallies.push_back(tally);
-    reads_extra.push_back(reads_extra_source(family.second));
+    readable_tallies.push_back(tally);
+    reads_extra.push_back(reads_sources(family.second, KvFormat::kE4m3, KvFormat::kE4m3));
+    reads_model1_rows.push_back(reads_model1(family.second));
   }
   const bool sm90_built = sm90_kernel_built();
   Census census;
-  int64_t sm90_class = 0, misaligned_class = 0, large_tokens = 0, with_extra = 0, largest_pool = 0;
+  int64_t sm90_class = 0, misaligned_class = 0, large_tokens = 0, with_extra = 0, with_model1 = 0, largest_pool = 0;
+  int64_t model1_kernel_aligned = 0, model1_sm90_shaped = 0;
   const st::RunPlan plan = st::plan_from_env(st::kGpuRandomConfigs);  // the GPU test's plan
   for (int64_t index = plan.first; index < plan.first + plan.count; ++index) {
     const st::RandomConfig config = st::draw_config(st::gpu_space(), plan.seed, index);
@@ -412,6 +479,9 @@ TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
     large_tokens += config.options.num_tokens >= 64;
     with_extra += config.options.extra.has_value();
     const st::HostBatch batch = st::make_batch(config.options);
+    with_model1 += batch.has_model1_source();
+    model1_kernel_aligned += batch.has_model1_source() && config.kernel_aligned;
+    model1_sm90_shaped += batch.has_model1_source() && config.sm90_shaped;
     take_census(config, batch, census);
     largest_pool = std::max(largest_pool, batch.kv_cache_bytes() + (batch.extra ? batch.extra->kv_cache_bytes() : 0));
     const DecodeArgs args = simulated_device_args(batch);
@@ -423,43 +493,50 @@ TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
       const bool ran = choice.id() != KernelId::kNone;
       const bool aligned = families[f].second == KernelId::kSm90Wgmma ? sm90_built && config.sm90_shaped
                                                                       : config.kernel_aligned;
-      const bool expected = aligned && (!batch.extra || reads_extra[f]);
-      EXPECT_EQ(ran, expected) << families[f].first << ": " << choice.plan.name << choice.why_not;
-      for (st::FamilyTally* tally : {&tallies[f], batch.extra ? nullptr : &window_only_tallies[f]}) {
+      const bool readable = reads_sources_of(families[f].second, batch);
+      EXPECT_EQ(ran, aligned && readable) << families[f].first << ": " << choice.plan.name << choice.why_not;
+      readable_configs[f] += readable;
+      for (st::FamilyTally* tally : {&tallies[f], readable ? &readable_tallies[f] : nullptr}) {
         if (tally == nullptr) continue;
         tally->ran += ran;
         tally->ran_with_extra += ran && batch.extra;
+        tally->ran_with_model1 += ran && batch.has_model1_source();
         tally->skipped += !ran;
         if (ran) tally->ran_by_kernel[choice.plan.name] += 1;
       }
     }
   }
   std::printf("random-configs (simulated H200, seed %llu): %lld configurations, %lld sm90-shaped class, %lld "
-              "misaligned class, %lld with T >= 64, %lld with an extra source, largest cache pools %.1f MiB\n",
+              "misaligned class, %lld with T >= 64, %lld with an extra source, %lld with a kModel1 source (%lld "
+              "kernel-aligned, %lld sm90-shaped), largest cache pools %.1f MiB\n",
               static_cast<unsigned long long>(plan.seed), static_cast<long long>(plan.count),
               static_cast<long long>(sm90_class), static_cast<long long>(misaligned_class),
               static_cast<long long>(large_tokens), static_cast<long long>(with_extra),
-              static_cast<double>(largest_pool) / (1 << 20));
+              static_cast<long long>(with_model1), static_cast<long long>(model1_kernel_aligned),
+              static_cast<long long>(model1_sm90_shaped), static_cast<double>(largest_pool) / (1 << 20));
   const bool enough = !plan.single && plan.count >= st::kMinConfigsForCoverage;
   print_census(census, "gpu draw");
   if (enough) {
     EXPECT_EQ(census_shortfall(census, /*gpu=*/true, 3), "");
   }
   for (size_t f = 0; f < families.size(); ++f) {
-    // A family that reads no extra source is held to the minimums on the configurations without one.
-    const st::FamilyTally& tally = reads_extra[f] ? tallies[f] : window_only_tallies[f];
-    const int64_t configs = reads_extra[f] ? plan.count : plan.count - with_extra;
-    std::printf("random-configs (simulated H200): family=%s ran=%lld (with an extra source %lld) skipped=%lld%s\n",
+    // A family is held to the minimums on the configurations whose sources it reads.
+    const st::FamilyTally& tally = readable_tallies[f];
+    std::printf("random-configs (simulated H200): family=%s ran=%lld (with an extra source %lld, with a kModel1 "
+                "source %lld) skipped=%lld; reads the sources of %lld configurations%s%s\n",
                 tallies[f].family.c_str(), static_cast<long long>(tallies[f].ran),
-                static_cast<long long>(tallies[f].ran_with_extra), static_cast<long long>(tallies[f].skipped),
-                reads_extra[f] ? "" : "; reads no extra source yet: minimums on the configurations without one");
+                static_cast<long long>(tallies[f].ran_with_extra), static_cast<long long>(tallies[f].ran_with_model1),
+                static_cast<long long>(tallies[f].skipped), static_cast<long long>(readable_configs[f]),
+                reads_extra[f] ? "" : "; reads no extra source yet",
+                reads_model1_rows[f] ? "" : "; reads no kModel1 rows yet");
     for (const auto& [kernel, count] : tallies[f].ran_by_kernel) {
       std::printf("random-configs (simulated H200): family=%s kernel=%s ran=%lld\n", tally.family.c_str(),
                   kernel.c_str(), static_cast<long long>(count));
     }
     if (!enough || (tally.family == "sm90" && !sm90_built)) continue;
-    EXPECT_EQ(st::coverage_shortfall(tally, configs, /*per_kernel=*/sm90_built || tally.family == "portable",
-                                     /*with_extra=*/reads_extra[f]),
+    EXPECT_EQ(st::coverage_shortfall(tally, readable_configs[f],
+                                     /*per_kernel=*/sm90_built || tally.family == "portable",
+                                     /*with_extra=*/reads_extra[f], /*with_model1=*/reads_model1_rows[f]),
               "");
   }
 }

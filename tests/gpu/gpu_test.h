@@ -28,12 +28,14 @@ inline std::string describe(const BatchOptions& o) {
                      " W=" + std::to_string(o.window_size) + " index_cols=" + std::to_string(o.index_cols) +
                      " indices=" + dtype_name(o.index_dtype) + " lens=" + dtype_name(o.lens_dtype) +
                      " inv_scale=" + dtype_name(o.inv_scale_dtype) + " seed=" + std::to_string(o.seed);
+  if (o.kv_format == KvFormat::kModel1) text += " kv_format=kModel1";
   if (o.extra) {
     const ExtraOptions& x = *o.extra;
     text += " extra: top_k=" + std::to_string(x.top_k) + " compress_ratio=" + std::to_string(x.compress_ratio) +
             " X=" + std::to_string(x.max_entries) + " block_size=" + std::to_string(x.block_size) +
             (x.shares_window_cache ? " (the window's cache)" : "") + " indices=" + dtype_name(x.index_dtype) +
             " lens=" + dtype_name(x.lens_dtype) + " inv_scale=" + dtype_name(x.inv_scale_dtype);
+    if (x.format == KvFormat::kModel1) text += " format=kModel1";
   }
   return text;
 }

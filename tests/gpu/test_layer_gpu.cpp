@@ -5,7 +5,8 @@
 // and the reverse, ids past the extra slot range, both sources on one cache, duplicates within and
 // across the sources, a q head of NaN that no other head may see, strides, dtypes, head counts,
 // the largest entry limit) and realistic C4A (H = 64 with 512 entries, H = 128 with 1024) and
-// C128A (512 and 8192 entries) layers at T = 1, 8, 64 and 300 (testing/layer.h).
+// C128A (512 and 8192 entries) layers at T = 1, 8, 64 and 300 (testing/layer.h), in the seed's
+// rows and, as `swa-decode bench --format model1` builds them, with every source in MODEL1 rows.
 //
 // Cases run on the kernel under test (SWA_DECODE_TEST_KERNEL, tests/gpu/gpu_test.h), exactly as in
 // test_decode_gpu.cpp: every case here is one the library must run, so a case no kernel runs fails.
@@ -94,8 +95,8 @@ class GpuLayer : public st::GpuTest {
                           {300, DType::kInt64, DType::kBFloat16}};
     for (const Case& c : cases) {
       st::BatchOptions o = st::layer_options(spec, c.tokens, num_heads, 128, c.ids, seed + c.tokens);
-      o.inv_scale_dtype = c.scales;
-      o.extra->inv_scale_dtype = c.scales;
+      o.inv_scale_dtype = c.scales;  // kModel1 sources have no inv_scale: ignored there
+      if (o.extra) o.extra->inv_scale_dtype = c.scales;
       expect_layer_matches_reference(o);
     }
   }
@@ -115,6 +116,17 @@ TEST_F(GpuLayer, C128aLayersAt64kContext) {
 
 TEST_F(GpuLayer, C128aLayersAt1MContext) {
   expect_layers_match_reference({.kind = LayerKind::kC128a, .mean_context = 1 << 20}, 128, 4000);
+}
+
+// The bench's MODEL1 layers (every source kModel1: the window in blocks of 64, C4A's compressed
+// entries in 64, C128A's in 2, FlashMLA's padded blocks, 0xFF in every byte no entry names),
+// uploaded span by span as the bench uploads them.
+TEST_F(GpuLayer, Model1LayersOfTheEngines) {
+  constexpr swa_decode::KvFormat kModel1 = swa_decode::KvFormat::kModel1;
+  expect_layers_match_reference({.kind = LayerKind::kSwa, .format = kModel1}, 64, 5000);
+  expect_layers_match_reference({.kind = LayerKind::kC4a, .format = kModel1, .top_k = 512}, 64, 6000);
+  expect_layers_match_reference({.kind = LayerKind::kC4a, .format = kModel1, .top_k = 1024}, 128, 7000);
+  expect_layers_match_reference({.kind = LayerKind::kC128a, .format = kModel1, .mean_context = 65536}, 128, 8000);
 }
 
 // Window lengths 0, -1, 1, W-1, W, W+1 against extra lengths 0, -1, 1, X-1, X, X+1 and INT32_MAX,

@@ -1,5 +1,6 @@
 // The random-configuration test of the whole API on the GPU (issue 10): 1000 seeded configurations
-// of everything docs/semantics.md allows (testing/random_config.h, gpu_space()), each run by the
+// of everything docs/semantics.md allows (testing/random_config.h, gpu_space(); since issue 12 a
+// fifth of them with sources in kModel1 rows, which every family is expected to run), each run by the
 // free choice (decode) and by every kernel family forced (decode_with_kernel) where
 // query_support_for_kernel says that family runs it, on outputs poisoned before every run, and
 // every run compared with the float64 reference (check_outputs). Families that skip a

@@ -1,5 +1,7 @@
 // The two paths of `swa-decode bench`. Each prints its table, fills `report` and returns whether
-// every check passed; errors (no kernel for the shape, CUDA failures) throw std::runtime_error.
+// every check passed. On the GPU a row no kernel family runs (as asked: one family, or decode()'s
+// choice) is skipped with a line saying why; errors (CUDA failures, a CPU backend that refuses the
+// batch) throw std::runtime_error.
 #pragma once
 
 #include "tools/swa_decode_cli/options.h"

@@ -48,6 +48,7 @@ bool run_bench_cpu(const BenchOptions& o, BenchReport& report) {
   row.heads = heads;
   row.window = o.window_size;
   row.layer = st::layer_name(o.layer.kind);
+  row.format = st::format_name(o.layer.format);
   row.kernel = support.kernel;
   row.selected = true;
   row.index_type = dtype_label(o.index_dtype);

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,15 +54,18 @@ struct FloorRates {
   double matmul_tflops = 0.0;   // cuBLAS bf16 GEMM, fp32 accumulate
 };
 
-// One row for kernel family `kernel` (kNone = decode()'s choice), or nothing when a forced family
-// cannot run the shape (said on stdout).
+// One row for kernel family `kernel` (kNone = decode()'s choice), or nothing when that family (or,
+// for decode()'s choice, every family) cannot run the shape: said on stdout, as the kernels of a
+// build may not read every format yet.
 std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId kernel, const DeviceFacts& device,
                                   const FloorRates& rates, cudaStream_t stream) {
   // Enough sets that one round of replays touches > 2x L2, so no replay finds its inputs cached:
-  // per row q and out, and per window or extra entry a row, a bf16 scale and an id.
+  // per row q and out, and per window or extra entry its cache bytes (a row and a bf16 scale, or a
+  // MODEL1 row and its scale row) and an id.
   const int64_t index_bytes = o.index_dtype == DType::kInt32 ? 4 : 8;
   const int64_t entries = o.window_size + st::expected_extra_entries(o.layer, o.num_heads);
-  const int64_t est_set_bytes = T * (4 * o.num_heads * kGpuHeadDim + entries * (kGpuHeadDim + 2 + index_bytes));
+  const int64_t entry_bytes = st::entry_cache_bytes(o.layer.format, kGpuHeadDim, DType::kBFloat16) + index_bytes;
+  const int64_t est_set_bytes = T * (4 * o.num_heads * kGpuHeadDim + entries * entry_bytes);
   const int64_t sets = std::clamp<int64_t>((2 * device.l2_bytes + est_set_bytes - 1) / est_set_bytes, 2, kMaxInputSets);
 
   const st::BatchOptions bo = st::layer_options(o.layer, T * sets, o.num_heads, o.window_size, o.index_dtype,
@@ -75,16 +77,14 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
   for (int64_t s = 0; s < sets; ++s) set_args.push_back(st::device_args(batch, device_batch, s * T, T, stream));
   const SupportInfo support =
       kernel == KernelId::kNone ? query_support(set_args[0]) : query_support_for_kernel(set_args[0], kernel);
-  if (!support.supported && kernel != KernelId::kNone) {
-    const KernelRecord* record = find_kernel(kernel);
-    std::printf("T = %lld: kernel family %s skipped: %s\n", static_cast<long long>(T),
-                record != nullptr ? record->family : "(unknown)", support.why_not.c_str());
-    return std::nullopt;
-  }
   if (!support.supported) {
-    throw std::runtime_error("no kernel runs the " + std::string(st::layer_name(o.layer.kind)) + " layer at T = " +
-                             std::to_string(T) + ", H = " + std::to_string(o.num_heads) + ", W = " +
-                             std::to_string(o.window_size) + ": " + support.why_not);
+    const KernelRecord* record = find_kernel(kernel);
+    const std::string family = kernel == KernelId::kNone ? std::string("decode()'s choice (every family)")
+                               : record != nullptr       ? std::string("kernel family ") + record->family
+                                                         : std::string("kernel family (unknown)");
+    std::printf("T = %lld: %s skipped (%s layer, %s rows): %s\n", static_cast<long long>(T), family.c_str(),
+                st::layer_name(o.layer.kind), st::format_name(o.layer.format), support.why_not.c_str());
+    return std::nullopt;
   }
   st::DecodeGraphs graphs(set_args, stream, kernel);
 
@@ -105,6 +105,7 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
   row.heads = o.num_heads;
   row.window = o.window_size;
   row.layer = st::layer_name(o.layer.kind);
+  row.format = st::format_name(o.layer.format);
   row.kernel = support.kernel;
   row.selected = kernel == KernelId::kNone || query_support(set_args[0]).kernel == support.kernel;
   row.index_type = dtype_label(o.index_dtype);
@@ -141,11 +142,16 @@ bool run_bench_gpu(const BenchOptions& o, BenchReport& report) {
   std::printf("copy bandwidth (1 GiB device-to-device, read + write, median): %.0f GB/s\n", rates.copy_gbps);
   std::printf("bf16 matmul (cuBLAS 8192^3, fp32 accumulate, median): %.0f TFLOP/s\n", rates.matmul_tflops);
   std::fputs(describe_inputs(o).c_str(), stdout);
+  const std::string entry_bytes =
+      o.layer.format == KvFormat::kModel1
+          ? std::to_string(st::entry_cache_bytes(KvFormat::kModel1, kGpuHeadDim, DType::kBFloat16)) +
+                " B: the MODEL1 row and its scale row"
+          : std::to_string(kGpuHeadDim) + " B row + 2 B scale";
   std::printf("time: median of CUDA-event-timed CUDA-graph replays rotated over input sets touching > 2x L2;\n"
-              "bytes: q + out + per valid entry of either source (%lld B row + 2 B scale + index); FLOPs: 4*H*D per "
+              "bytes: q + out + per valid entry of either source (%s + index); FLOPs: 4*H*D per "
               "valid entry;\nfloor_us = max(bytes / copy bandwidth, FLOPs / matmul rate), bound = the larger; "
               "ratio = us / floor_us\n",
-              static_cast<long long>(kGpuHeadDim));
+              entry_bytes.c_str());
   std::printf("check: every output of every token scanned for NaN / unwritten elements; the float64 reference "
               "is slow, so up to %lld random tokens per T (fewer past %.0f GMAC, padding rows besides) are compared "
               "with it\n\n",

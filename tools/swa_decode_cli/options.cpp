@@ -55,8 +55,8 @@ const char* usage() {
                "       swa-decode --help\n"
                "\n"
                "bench: builds a realistic DeepSeek-V4 decode batch of one layer per T (every request its own\n"
-               "context length, KV blocks of 256 scattered over a pool, window = its last min(len, W)\n"
-               "positions padded with -1, every unused cache slot of every pool poisoned with NaN), runs the\n"
+               "context length, KV blocks scattered over a pool, window = its last min(len, W) positions\n"
+               "padded with -1, every unused cache slot of every pool poisoned with NaN), runs the\n"
                "decode, checks it against the float64 CPU reference, and times CUDA-graph replays rotated\n"
                "over input sets larger than L2 against the floor: the larger of bytes / copy bandwidth and\n"
                "FLOPs / bf16 matmul rate (cuBLAS, 8192^3), both measured in the same run.\n"
@@ -69,8 +69,19 @@ const char* usage() {
                "  c128a  the window + every one of the context / 128 compressed entries, in a cache of blocks\n"
                "         of 2 (a mean context of 65536 gives 512 entries, of 1048576 8192); padding rows too\n"
                "\n"
-               "options:\n") +
+               "formats (of every source's cache rows):\n") +
+           "  seed    D e4m3 bytes a row and a bf16 inverse scale per slot; window blocks of " +
+           std::to_string(testing::kSeedWindowBlockSize) + "\n" +
+           "  model1  FlashMLA's MODEL1 (vLLM's fp8_ds_mla): 448 e4m3 bytes + 64 bf16 RoPE values (576 B) a\n"
+           "          row, 7 UE8M0 scales (8 B) a row in each block's footer, blocks padded to a multiple of\n"
+           "          576 B; window blocks of " + std::to_string(testing::kModel1WindowBlockSize) +
+           "; the floor counts " +
+           std::to_string(testing::entry_cache_bytes(KvFormat::kModel1, kGpuHeadDim, DType::kBFloat16)) +
+           " B a row read\n"
+           "\n"
+           "options:\n"
            "  --layer swa|c4a|c128a  the layer (default swa)\n"
+           "  --format seed|model1   the cache rows of every source (default seed)\n"
            "  --context N            mean context length (default " + context_line(LayerKind::kSwa) + "; " +
            context_line(LayerKind::kC4a) + ";\n"
            "                         " + context_line(LayerKind::kC128a) + ")\n" +
@@ -99,11 +110,13 @@ const char* usage() {
 std::string describe_inputs(const BenchOptions& o) {
   using testing::LayerKind;
   const LayerKind kind = o.layer.kind;
+  const bool model1 = o.layer.format == KvFormat::kModel1;
   const int64_t mean = o.layer.mean_context != 0 ? o.layer.mean_context : testing::default_mean_context(kind);
+  const int64_t window_block = testing::layer_options(o.layer, 0, o.num_heads, o.window_size, o.index_dtype, o.seed).block_size;
   std::string text = std::string("inputs: DeepSeek-V4 ") + testing::layer_name(kind) + " layer, D = " +
                      std::to_string(kGpuHeadDim) + ", W = " + std::to_string(o.window_size) +
                      ", contexts uniform in 1.." + std::to_string(2 * mean) + " (mean " + std::to_string(mean) +
-                     "), window blocks of 256 scattered over a pool of " +
+                     "), window blocks of " + std::to_string(window_block) + " scattered over a pool of " +
                      (kind == LayerKind::kSwa ? "the whole contexts" : "the windows' blocks");
   if (kind == LayerKind::kC4a) {
     const int64_t top_k = o.layer.top_k != 0 ? o.layer.top_k : testing::default_top_k(o.num_heads);
@@ -118,8 +131,10 @@ std::string describe_inputs(const BenchOptions& o) {
     text += "; 1 row in " + std::to_string(std::llround(1.0 / testing::kLayerPaddingRowFraction)) +
             " a padding row (lens 0 in both sources)";
   }
-  return text + ";\n  " + (o.index_dtype == DType::kInt32 ? "int32" : "int64") +
-         " ids and lens, bf16 scales, sinks, lse on; unused slots of every pool poisoned with NaN\n";
+  return text + ";\n  " + (o.index_dtype == DType::kInt32 ? "int32" : "int64") + " ids and lens, " +
+         (model1 ? "MODEL1 rows (576 B, scale rows in each block's footer, blocks padded to 576 B)"
+                 : "seed rows (D e4m3 bytes) with bf16 scales") +
+         ", sinks, lse on; unused slots of every pool poisoned with NaN\n";
 }
 
 BenchOptions parse_bench_options(const std::vector<std::string>& args) {
@@ -135,6 +150,11 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       const std::optional<testing::LayerKind> kind = testing::parse_layer(name);
       if (!kind) throw std::invalid_argument("--layer expects swa, c4a or c128a, got '" + name + "'");
       o.layer.kind = *kind;
+    } else if (flag == "--format") {
+      const std::string& name = value();
+      const std::optional<KvFormat> format = testing::parse_format(name);
+      if (!format) throw std::invalid_argument("--format expects seed or model1, got '" + name + "'");
+      o.layer.format = *format;
     } else if (flag == "--context") {
       o.layer.mean_context = parse_int(flag, value(), 1);
     } else if (flag == "--extra-entries") {

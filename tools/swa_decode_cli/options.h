@@ -13,7 +13,8 @@ namespace swa_decode::cli {
 
 struct BenchOptions {
   // The DeepSeek-V4 layer the batches are (testing/layer.h): its mean context (0 = the layer's
-  // default) and, for c4a, its top-k of compressed entries (0 = 512, or 1024 at H >= 128).
+  // default), for c4a its top-k of compressed entries (0 = 512, or 1024 at H >= 128), and the row
+  // format of every source (--format seed|model1).
   testing::LayerSpec layer;
   int64_t num_heads = 128;
   int64_t window_size = 128;

@@ -14,7 +14,7 @@ namespace swa_decode::cli {
 struct BenchRow {
   int64_t tokens = 0, heads = 0, window = 0;
   std::string layer;               // "swa", "c4a" or "c128a" (testing/layer.h)
-  std::string format = "seed";     // the cache row format of both sources (D e4m3 bytes + a separate scale)
+  std::string format = "seed";     // the cache row format of every source: "seed" or "model1" (testing/layer.h)
   double context = 0.0;            // mean context length per row
   double extra_entries = 0.0;      // mean valid extra entries per row
   std::string kernel;
