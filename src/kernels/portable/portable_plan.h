@@ -142,7 +142,8 @@ constexpr int choose_stages(int head_groups, ListShape list, int64_t smem_optin_
 // sm_90 (227 KiB opt-in): an extra source's 1024-entry list keeps the window's stages (W = 128)
 // and two CTAs per SM, in the seed format and with kModel1 rows in the extra source or in both
 // (the engines' layers); so does a window of kModel1 rows alone. A kModel1 window with a kE4m3
-// extra source lists 1024 inv_scales too, and keeps its stages on one CTA per SM at two groups.
+// extra source lists 1024 inv_scales too: it runs one group a CTA (portable_record.cpp), with 2
+// stages instead of 3 (3 would take 118,912 bytes), still two CTAs per SM.
 inline constexpr int64_t kSm90SmemOptinBytes = 227 * 1024;
 constexpr bool keeps_seed_stages_and_two_ctas(SourceFormats formats, bool has_extra) {
   for (int head_groups = 1; head_groups <= 2; ++head_groups) {
