@@ -70,4 +70,25 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
+// A UE8M0 scale code (kModel1's scales, docs/semantics.md "Row formats") as the float 2^(code - 127):
+// code 0 is 2^-127, a subnormal float; 255 is NaN (OCP).
+__device__ __forceinline__ float ue8m0_to_float(uint32_t code) {
+  return code == 0 ? 0x1.0p-127f : code == 0xFF ? __uint_as_float(0x7FFFFFFFu) : __uint_as_float(code << 23);
+}
+
+// Four e4m3 codes packed in a u32, each times `scale` (a power of two, ue8m0_to_float) -> two
+// bf16x2 words. The product is exact in fp32 (e4m3 * 2^-127 >= 2^-136, above fp32's smallest
+// subnormal) and so in bf16 wherever bf16 holds it: e4m3 has 3 mantissa bits and bf16 7 with
+// fp32's exponent range. Past bf16's largest finite value it is +-inf (the fp32 product itself
+// overflows: e4m3 * 2^(scale - 127) is below 2^128 exactly when it is a finite bf16); below 2^-126
+// it is rounded to bf16's subnormals, as a bf16 out holding it would be.
+__device__ __forceinline__ void e4m3x4_to_scaled_bf16x4(uint32_t codes, float scale, uint32_t& lo, uint32_t& hi) {
+  const __half2_raw l = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes & 0xFFFFu), __NV_E4M3);
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes >> 16), __NV_E4M3);
+  const float2 fl = __half22float2(*reinterpret_cast<const __half2*>(&l));
+  const float2 fh = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  lo = pack_bf16x2(fl.x * scale, fl.y * scale);
+  hi = pack_bf16x2(fh.x * scale, fh.y * scale);
+}
+
 }  // namespace swa_decode

@@ -26,7 +26,8 @@ struct KvSourceParams {
   int32_t index_is_i64;
   int32_t lens_is_i64;
   // Row layout (docs/semantics.md, "Row formats"): 0 = kE4m3, 1 = kModel1 (576-byte rows, scales in
-  // each block's footer, inv_scale unused). No kernel reads kModel1 yet: the dispatch refuses it.
+  // each block's footer, inv_scale unused). A kernel family that does not read kModel1 says so in
+  // its record's why_not (src/dispatch/).
   int32_t is_model1;
 };
 

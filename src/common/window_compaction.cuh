@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "src/common/params.h"
 #include "src/common/window_rule.h"
@@ -35,10 +36,23 @@ __device__ __forceinline__ void store_row_offset(uint32_t* dst, int64_t bytes) {
   *dst = static_cast<uint32_t>(bytes >> 4);
 }
 
+// A compacted entry of a kModel1 source (docs/semantics.md, "Row formats"): its slot's block and
+// offset in the block, from which the row and its scale row in the block's footer are both found.
+// It carries no inv_scale (its scales travel with the row). 32 bits each: the portable kernel
+// checks that a kModel1 cache has fewer than 2^32 blocks (block_size is an int32 already).
+struct SlotInBlock {
+  uint32_t block;
+  uint32_t offset;
+};
+
 // Writes, for each valid entry of `token` among columns [column_begin, column_end) of src.indices,
 // in column order, row_offset_bias plus the offset of its cache row from src.kv_cache to
 // s_row_offset[0, n) (store_row_offset; a bias lets a kernel address two sources' rows from one
-// base) and its inverse scale to s_inv_scale[0, n); returns n. The caller clips the
+// base) and its inverse scale to s_inv_scale[0, n); returns n. With RowOffset = SlotInBlock (a
+// kModel1 source) it writes the entry's block and offset instead, reads no inv_scale and writes
+// nothing to s_inv_scale (which may then be null); row_offset_bias is unused. A kModel1 source
+// compacted into row offsets (the sm90 layer kernel, which finds the scale row from the offset)
+// gets inverse scale 1 for every entry. The caller clips the
 // range to the token's length (columns_in_window). The 64-bit slot -> (block, offset) division
 // happens here once per entry, not once per copy.
 // Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
@@ -58,6 +72,7 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
   constexpr int kWarps = kThreads / 32;
   constexpr int kColumnsPerThread = kThreads >= kColumnsPerPass ? 1 : kColumnsPerPass / kThreads;
+  constexpr bool kModel1 = std::is_same_v<RowOffset, SlotInBlock>;
   const int lane = tid % 32;
   const int warp = tid / 32;
 
@@ -70,12 +85,13 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
       slot[k] = column < column_end ? load_slot_id(src, token, column) : -1;
     }
     bool valid[kColumnsPerThread];
-    float scale[kColumnsPerThread];
+    [[maybe_unused]] float scale[kColumnsPerThread];  // kE4m3 only
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
       valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(slot[k], src.num_slots);
-      // A kModel1 row carries its scales (applied when it is dequantized): its entry's factor is 1.
-      scale[k] = valid[k] ? (src.is_model1 ? 1.0f : load_inv_scale(src, slot[k])) : 0.0f;
+      // A kModel1 row carries its scales (applied when it is dequantized): compacted as row offsets
+      // (the sm90 layer kernel) its entry's factor is 1, and its inv_scale (null) is never read.
+      if constexpr (!kModel1) scale[k] = valid[k] ? (src.is_model1 ? 1.0f : load_inv_scale(src, slot[k])) : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
@@ -92,9 +108,14 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
       }
       if (valid[k]) {
         const int entry = before + __popc(ballot & ((1u << lane) - 1u));
-        store_row_offset(&s_row_offset[entry], row_offset_bias + (slot[k] / src.block_size) * src.stride_kv_block +
-                                                   (slot[k] % src.block_size) * src.stride_kv_token);
-        s_inv_scale[entry] = scale[k];
+        if constexpr (kModel1) {
+          s_row_offset[entry] = SlotInBlock{static_cast<uint32_t>(slot[k] / src.block_size),
+                                            static_cast<uint32_t>(slot[k] % src.block_size)};
+        } else {
+          store_row_offset(&s_row_offset[entry], row_offset_bias + (slot[k] / src.block_size) * src.stride_kv_block +
+                                                     (slot[k] % src.block_size) * src.stride_kv_token);
+          s_inv_scale[entry] = scale[k];
+        }
       }
       num_valid += slice_total;
       sync();  // s_warp_counts is rewritten by the next slice of columns

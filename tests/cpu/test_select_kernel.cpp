@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <variant>
@@ -139,7 +140,7 @@ TEST(SelectKernel, PortableStagingRingFitsTheDevice) {
   const KernelChoice shared = select_kernel(shape(512, 128, 512, 128), kH200, KernelId::kPortableMma);
   EXPECT_EQ(shared.plan.head_groups_per_cta, 2);
   EXPECT_EQ(portable_of(shared).num_stages, 2);
-  EXPECT_LE(portable::ring_plan(2, portable_of(shared).num_stages, 128).total_bytes,
+  EXPECT_LE(portable::ring_plan(2, portable_of(shared).num_stages, portable::list_shape(128, false)).total_bytes,
             portable::two_ctas_per_sm_budget(kH200.smem_optin_bytes));
   EXPECT_EQ(portable_of(select_kernel(shape(512, 16, 512, 128), kH200, KernelId::kPortableMma)).num_stages, 3);
   // A 99 KiB device (sm_86/89/120) still runs the longest window, with the minimum ring and one
@@ -149,13 +150,18 @@ TEST(SelectKernel, PortableStagingRingFitsTheDevice) {
   ASSERT_EQ(wide.id(), KernelId::kPortableMma);
   EXPECT_EQ(portable_of(wide).num_stages, portable::kMinStages);
   EXPECT_EQ(wide.plan.head_groups_per_cta, 1);
-  EXPECT_LE(portable::ring_plan(wide.plan.head_groups_per_cta, portable_of(wide).num_stages, 1024).total_bytes, 101376);
+  EXPECT_LE(portable::ring_plan(wide.plan.head_groups_per_cta, portable_of(wide).num_stages,
+                                portable::list_shape(1024, false))
+                .total_bytes,
+            101376);
   for (const int64_t window : {1, 31, 128, 500, 1024}) {
     for (const DeviceInfo& device : {kH200, kA100, k99KiB}) {
       const KernelChoice choice = select_kernel(shape(2048, 16, 512, window), device, KernelId::kPortableMma);
       ASSERT_EQ(choice.id(), KernelId::kPortableMma);
       const int stages = portable_of(choice).num_stages;
-      EXPECT_LE(portable::ring_plan(choice.plan.head_groups_per_cta, stages, static_cast<int>(window)).total_bytes,
+      EXPECT_LE(portable::ring_plan(choice.plan.head_groups_per_cta, stages,
+                                    portable::list_shape(static_cast<int>(window), false))
+                    .total_bytes,
                 device.smem_optin_bytes)
           << "window " << window;
     }
@@ -620,10 +626,9 @@ TEST(QuerySupport, DecodeShapeDescribesTheExtraSource) {
   EXPECT_EQ(window_only.extra_kv_last_row_offset, 0);
 }
 
-// decode_shape carries each source's format; the sm90 family reads kModel1 rows on its layer
-// kernel, window-only layers included, and a family that does not read them refuses naming the
-// field; the CPU backend runs them.
-TEST(QuerySupport, Model1SourcesRunOnTheCpuAndOnTheSm90LayerKernel) {
+// The sm90 family reads kModel1 rows on its layer kernel, window-only layers included (its window
+// kernel reads seed rows only).
+TEST(QuerySupport, Model1SourcesRunOnTheSm90LayerKernel) {
   for (const bool has_extra : {false, true}) {
     for (const bool extra_model1 : {false, true}) {
       if (extra_model1 && !has_extra) continue;
@@ -635,25 +640,130 @@ TEST(QuerySupport, Model1SourcesRunOnTheCpuAndOnTheSm90LayerKernel) {
       const DecodeShape described = decode_shape(make_params(args_for(p, Backend::kCuda)));
       EXPECT_EQ(described.window_format, extra_model1 ? KvFormat::kE4m3 : KvFormat::kModel1);
       EXPECT_EQ(model1_source(described), field);
-      for (const KernelRecord* record : kernel_records()) {
-        if (!record->why_not(with_extra(shape(128, 128)), kH200).empty()) continue;  // a family this build lacks
-        const std::string why_not = record->why_not(described, kH200);
-        if (record->id == KernelId::kSm90Wgmma) {
-          EXPECT_EQ(why_not, "") << field;
-          EXPECT_EQ(record->plan(described, kH200).name, "sm90_wgmma_layer") << field;
-          EXPECT_TRUE(query_support_on(args_for(p, Backend::kCuda), kH200, record->id).supported) << field;
-        } else if (!why_not.empty()) {
-          EXPECT_TRUE(contains(why_not, "got " + field + " = kModel1")) << why_not;
-          EXPECT_FALSE(query_support_on(args_for(p, Backend::kCuda), kH200, record->id).supported);
-        }
-      }
-      EXPECT_TRUE(query_support(args_for(p, Backend::kCpu)).supported);
+      if (!sm90_kernel_built()) continue;
+      EXPECT_EQ(kSm90Record.why_not(described, kH200), "") << field;
+      EXPECT_EQ(kSm90Record.plan(described, kH200).name, "sm90_wgmma_layer") << field;
+      const SupportInfo forced = query_support_on(args_for(p, Backend::kCuda), kH200, KernelId::kSm90Wgmma);
+      EXPECT_TRUE(forced.supported) << field << ": " << forced.why_not;
+      EXPECT_EQ(forced.kernel, "sm90_wgmma_layer") << field;
     }
+  }
+}
+
+// kModel1 rows (docs/semantics.md, "Row formats") run on the portable kernel in either source or
+// both: decode_shape carries each source's format, the portable family takes every combination on
+// Hopper and Ampere, forced or by free choice, and the CPU backend runs them too. (A family that
+// does not read kModel1 says why in its why_not; which families do is theirs to say.)
+TEST(QuerySupport, Model1SourcesRunOnThePortableKernel) {
+  struct Formats {
+    bool window_model1;
+    std::optional<KvFormat> extra;  // none: no extra source
+  };
+  for (const Formats f : {Formats{true, std::nullopt}, Formats{true, KvFormat::kModel1}, Formats{true, KvFormat::kE4m3},
+                          Formats{false, KvFormat::kModel1}}) {
+    ProblemShape s = deepseek_like(128, 512);
+    if (f.extra) s = with_extra_source(s);
+    if (f.window_model1) s.kv_format = KvFormat::kModel1;
+    if (f.extra) s.extra->format = *f.extra;
+    HostProblem p(s, 17);
+    const DecodeArgs cuda = args_for(p, Backend::kCuda);
+    const std::string label = std::string("window ") + (f.window_model1 ? "model1" : "e4m3") + ", extra " +
+                              (f.extra ? (*f.extra == KvFormat::kModel1 ? "model1" : "e4m3") : "none");
+    const DecodeShape described = decode_shape(make_params(cuda));
+    EXPECT_EQ(described.window_format, f.window_model1 ? KvFormat::kModel1 : KvFormat::kE4m3) << label;
+    EXPECT_EQ(described.extra_format, f.extra.value_or(KvFormat::kE4m3)) << label;
+    EXPECT_EQ(model1_source(described), f.window_model1 ? "kv_format" : "extra.format") << label;
+    for (const DeviceInfo& device : {kH200, kA100}) {
+      EXPECT_EQ(kPortableRecord.why_not(described, device), "") << label;
+      const SupportInfo forced = query_support_on(cuda, device, KernelId::kPortableMma);
+      EXPECT_TRUE(forced.supported) << label << ": " << forced.why_not;
+      EXPECT_EQ(forced.family, "portable") << label;
+      const SupportInfo free_choice = query_support_on(cuda, device);
+      EXPECT_TRUE(free_choice.supported) << label << ": " << free_choice.why_not;
+    }
+    EXPECT_TRUE(query_support(args_for(p, Backend::kCpu)).supported) << label;
   }
   DecodeShape no_extra = shape(128, 128);  // extra_format means nothing without an extra source
   no_extra.extra_format = KvFormat::kModel1;
   EXPECT_EQ(model1_source(no_extra), nullptr);
   EXPECT_NE(select_kernel(no_extra, kH200).kernel, nullptr);
+}
+
+// `s` with its window (and its extra source, if any) in kModel1 rows.
+DecodeShape in_model1(DecodeShape s, bool window, bool extra) {
+  if (window) s.window_format = KvFormat::kModel1;
+  if (extra) s.extra_format = KvFormat::kModel1;
+  return s;
+}
+
+// The portable kernel copies kModel1 rows 16 bytes at a time and numbers their blocks in 32 bits
+// (portable_record.cpp): a kModel1 cache less aligned, or whose last row starts 2^32 * 1152 bytes
+// or more from it, is refused naming the source; the other source's own rules are unchanged.
+TEST(SelectKernel, PortableModel1RowsNeedA16ByteAlignedCache) {
+  const auto portable = [](const DecodeShape& s) { return select_kernel(s, kH200, KernelId::kPortableMma); };
+  for (const int32_t alignment : {4, 8}) {
+    const KernelChoice window = portable(in_model1(shape(512, 128, 512, 128, alignment), true, false));
+    EXPECT_EQ(window.id(), KernelId::kNone);
+    EXPECT_EQ(window.why_not, "the portable kernel copies kModel1 rows 16 bytes at a time: kv_cache must be 16-byte "
+                              "aligned, got alignment " + std::to_string(alignment));
+    const KernelChoice extra = portable(in_model1(with_extra(shape(512, 128), 512, alignment), false, true));
+    EXPECT_EQ(extra.id(), KernelId::kNone);
+    EXPECT_EQ(extra.why_not, "the portable kernel copies kModel1 rows 16 bytes at a time: extra.kv_cache must be "
+                             "16-byte aligned, got alignment " + std::to_string(alignment));
+    // A kE4m3 source keeps the 4-byte rule beside a kModel1 one.
+    EXPECT_EQ(portable(in_model1(with_extra(shape(512, 128, 512, 128, alignment)), false, true)).id(),
+              KernelId::kPortableMma);
+    EXPECT_EQ(portable(in_model1(with_extra(shape(512, 128), 512, alignment), true, false)).id(), KernelId::kPortableMma);
+  }
+  constexpr int64_t kLimit = (int64_t{1} << 32) * 1152;
+  DecodeShape far = in_model1(with_extra(shape(512, 128)), true, true);
+  far.kv_last_row_offset = kLimit - 576;
+  far.extra_kv_last_row_offset = kLimit - 576;
+  EXPECT_EQ(portable(far).id(), KernelId::kPortableMma);
+  far.extra_kv_last_row_offset = kLimit;
+  EXPECT_EQ(portable(far).why_not, "the portable kernel numbers kModel1 blocks in 32 bits: the last row must start "
+                                   "below " + std::to_string(kLimit) + " bytes from extra.kv_cache, got " +
+                                       std::to_string(kLimit));
+  far.kv_last_row_offset = kLimit;
+  EXPECT_TRUE(contains(portable(far).why_not, "bytes from kv_cache, got")) << portable(far).why_not;
+  DecodeShape seed_window = in_model1(with_extra(shape(512, 128)), false, true);
+  seed_window.kv_last_row_offset = kLimit;  // a kE4m3 window that far is not a kModel1 rule's concern
+  EXPECT_EQ(portable(seed_window).id(), KernelId::kPortableMma) << portable(seed_window).why_not;
+}
+
+// kModel1 stages are 32 x 584 bytes and list no inv_scale (portable_plan.h): on the H200 every
+// layer the engines run (both sources in kModel1, or a kModel1 window alone) keeps the seed
+// format's stages and two CTAs per SM, at one and two head groups; a layer with one source of each
+// format runs one group a CTA (two copies of the tile loop spill at two groups).
+TEST(SelectKernel, PortableModel1PlansKeepTheSeedStagesAndTwoCtasPerSm) {
+  const auto plan_of = [](const DecodeShape& s) { return select_kernel(s, kH200, KernelId::kPortableMma); };
+  const portable::SourceFormats both{.window_model1 = true, .extra_model1 = true};
+  for (const int64_t heads : {16, 128}) {
+    const KernelChoice seed = plan_of(with_extra(shape(512, heads), 1024));
+    const KernelChoice model1 = plan_of(in_model1(with_extra(shape(512, heads), 1024), true, true));
+    ASSERT_EQ(model1.id(), KernelId::kPortableMma) << model1.why_not;
+    EXPECT_EQ(model1.plan.head_groups_per_cta, seed.plan.head_groups_per_cta) << heads;
+    EXPECT_EQ(portable_of(model1).num_stages, portable_of(seed).num_stages) << heads;
+    EXPECT_LE(portable::ring_plan(model1.plan.head_groups_per_cta, portable_of(model1).num_stages,
+                                  portable::list_shape(128, true, both))
+                  .total_bytes,
+              portable::two_ctas_per_sm_budget(kH200.smem_optin_bytes))
+        << heads;
+    const KernelChoice window_only = plan_of(in_model1(shape(512, heads), true, false));
+    EXPECT_EQ(window_only.plan.head_groups_per_cta, plan_of(shape(512, heads)).plan.head_groups_per_cta) << heads;
+    EXPECT_EQ(portable_of(window_only).num_stages, portable_of(plan_of(shape(512, heads))).num_stages) << heads;
+  }
+  EXPECT_EQ(plan_of(in_model1(with_extra(shape(512, 128)), true, true)).plan.head_groups_per_cta, 2);
+  EXPECT_EQ(plan_of(in_model1(with_extra(shape(512, 128)), true, false)).plan.head_groups_per_cta, 1);
+  EXPECT_EQ(plan_of(in_model1(with_extra(shape(512, 128)), false, true)).plan.head_groups_per_cta, 1);
+  // A kModel1 stage is the seed's 16 KiB and 2,304 bytes of RoPE tails and scale rows.
+  EXPECT_EQ(portable::list_shape(128, true, both).stage_bytes, 18688);
+  EXPECT_EQ(portable::list_shape(128, true, both).scale_entries, 0);
+  EXPECT_EQ(portable::list_shape(128, true, {.window_model1 = false, .extra_model1 = true}).scale_entries, 128);
+  EXPECT_EQ(portable::list_shape(128, true, {.window_model1 = true, .extra_model1 = false}).scale_entries,
+            portable::kExtraChunkColumns);
+  EXPECT_EQ(portable::list_shape(100, false).scale_entries, 100);
+  EXPECT_EQ(portable::list_shape(100, false).stage_bytes, portable::kStageBytes);
 }
 
 TEST(QuerySupport, CudaShapesAgainstADescribedDevice) {

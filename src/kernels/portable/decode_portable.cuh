@@ -1,4 +1,5 @@
-// Portable tensor-core decode kernel: mma.sync m16n8k16 f16, cp.async, ldmatrix (sm_80 and newer).
+// Portable tensor-core decode kernel: mma.sync m16n8k16 f16 or bf16, cp.async, ldmatrix (sm_80 and
+// newer).
 //
 // Grid: (token, block of 16 * kHeadGroups heads). One CTA gathers and dequantizes each valid KV row
 // of its token once for all the heads it holds. Each 16-head group is split over 4 warps by head-dim
@@ -7,7 +8,8 @@
 // softmax of a quarter of the keys (group_softmax.cuh). q waits in shared memory as ready-made A
 // fragments, so a thread needs at most 128 registers and two CTAs share an SM: one CTA's barriers
 // and gather latency hide under the other's matmuls (docs/perf-notes.md, portable v5). The tensor
-// cores run f16 (q_f16.cuh says why and how q is scaled exactly). Keys stream in tiles of 32 with an
+// cores run f16 (q_f16.cuh says why and how q is scaled exactly), or bf16 where a source holds
+// kModel1 rows (see decode_portable_kernel). Keys stream in tiles of 32 with an
 // online softmax through a ring of 2-4 staging buffers. On sm_90 the smallest batches (at most 8
 // CTAs) split each window over a cluster of 4 CTAs instead (window_split_combine.cuh). With an
 // extra source (DeepSeek-V4's compressed entries) its entries follow the window's through the same
@@ -46,12 +48,24 @@ struct ExtraWalk {
   float inv_value_norm;  // 1 / value_norm over the entries so far (group_softmax.cuh)
 };
 
+// The compacted list's entries as compact_columns writes them for a source: byte offsets of kE4m3
+// rows, or the block and offset of kModel1 ones (SlotInBlock), both 8 bytes in the same place.
+template <bool kModel1>
+__device__ __forceinline__ auto listed_entries(int64_t* s_row_offset) {
+  static_assert(sizeof(SlotInBlock) == sizeof(int64_t), "one list layout for both formats");
+  if constexpr (kModel1) {
+    return reinterpret_cast<SlotInBlock*>(s_row_offset);
+  } else {
+    return s_row_offset;
+  }
+}
+
 // Fixed part of the shared-memory plan; the staging ring and the compacted list follow it
 // (ring_plan in portable_plan.h), sized at launch by the number of stages and the list's entries.
 template <int kHeadGroups>
 struct SmemPlan {
   static constexpr int kWarps = kHeadGroups * kWarpsPerGroup;
-  alignas(128) uint16_t kv[kKeysPerTile][kHeadDim];              // f16, swizzled, dim-permuted
+  alignas(128) uint16_t kv[kKeysPerTile][kHeadDim];              // f16 or bf16, swizzled, dim-permuted
   alignas(16) uint4 q_frags[kWarps][kDimsPerWarp / 16][32];      // [warp][k-step][lane]: A fragments
   alignas(16) GroupExchange exchange[kHeadGroups];
   float sinks[kHeadGroups * kHeadsPerGroup];  // read at the start, used at the end
@@ -108,14 +122,28 @@ inline constexpr int kPortableMinCtasPerSm = 1;
 // tiles (portable_plan.h). A template argument, not a runtime branch, so that a window-only launch
 // runs exactly the window-only code: the chunk loop's state would otherwise be live across the
 // tile loop of a kernel already at its 128-register cap (two groups on sm_90).
-template <int kHeadGroups, bool kSplitWindow, bool kHasExtra>
+// kWindowModel1, kExtraModel1: the window's (the extra source's) rows are kModel1 (docs/semantics.md,
+// "Row formats"; kExtraModel1 only with kHasExtra). A kModel1 element is e4m3 * 2^(scale - 127),
+// per 64 dims, which f16 does not always hold, or a bf16 RoPE value, which f16 may not hold at
+// all: with either source in kModel1 every tile is bf16 (a kE4m3 source's codes are exact in bf16
+// too), q is its own bf16 values and P is bf16. Template arguments, so that the seed-format
+// kernels stay what they were; in a launch with one source of each format the tile loop is built
+// once per format, and the two copies need more than the two-group kernel's 128 registers on
+// sm_90 (16-32 bytes of spills), so such a launch runs one group a CTA.
+template <int kHeadGroups, bool kSplitWindow, bool kHasExtra, bool kWindowModel1, bool kExtraModel1>
 __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMinCtasPerSm)
     decode_portable_kernel(const __grid_constant__ DecodeParams p, int num_stages) {
+  static_assert(kHasExtra || !kExtraModel1, "an extra source's format needs an extra source");
+  static_assert(!kHasExtra || kWindowModel1 == kExtraModel1 || kHeadGroups == 1,
+                "one source of each format: one head group (portable_record.cpp, plan)");
   constexpr int kThreads = kHeadGroups * kWarpsPerGroup * 32;
+  constexpr bool kBf16 = kWindowModel1 || kExtraModel1;
+  constexpr SourceFormats kFormats{kWindowModel1, kExtraModel1};
+  constexpr int kStage = list_shape(1, kHasExtra, kFormats).stage_bytes;
   using Smem = SmemPlan<kHeadGroups>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& smem = *reinterpret_cast<Smem*>(smem_raw);
-  const RingPlan ring = ring_plan(kHeadGroups, num_stages, compacted_list_entries(p.window.max_entries, kHasExtra));
+  const RingPlan ring = ring_plan(kHeadGroups, num_stages, list_shape(p.window.max_entries, kHasExtra, kFormats));
   uint8_t* const staging = smem_raw + ring.staging_offset;
   int64_t* s_row_offset = reinterpret_cast<int64_t*>(smem_raw + ring.row_offset_offset);
   float* s_inv_scale = reinterpret_cast<float*>(smem_raw + ring.inv_scale_offset);
@@ -160,12 +188,22 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   }
   // The extra source's length is loaded now, so that its latency hides under the window's compaction.
   const int extra_columns = kHasExtra ? columns_in_window(load_token_length(p.extra, token), p.extra.max_entries) : 0;
-  const int window_entries = compact_window<kThreads>(
-      p.window, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); }, s_row_offset, s_inv_scale, smem.warp_counts);
+  const int window_entries =
+      compact_window<kThreads>(p.window, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); },
+                               listed_entries<kWindowModel1>(s_row_offset), s_inv_scale, smem.warp_counts);
 
   // Each head's power-of-two scale into f16 (q_f16.cuh): its largest |q| over the 4 quarters.
+  // bf16 tiles take q's own bf16 values.
   float row_logit[2];
-  {
+  if constexpr (kBf16) {
+#pragma unroll
+    for (int c = 0; c < kDimsPerWarp / kDimGroup; ++c) {
+      const QFragmentPair pair = q_words_to_fragments(q_lo[c], q_hi[c]);
+      smem.q_frags[warp][2 * c][lane] = make_uint4(pair.kstep0[0], pair.kstep0[1], pair.kstep0[2], pair.kstep0[3]);
+      smem.q_frags[warp][2 * c + 1][lane] = make_uint4(pair.kstep1[0], pair.kstep1[1], pair.kstep1[2], pair.kstep1[3]);
+    }
+    row_logit[0] = row_logit[1] = p.scale * kLog2e;
+  } else {
     GroupExchange& ex = smem.exchange[group];
     const float quarter_max[2] = {quad_max(bf16_max_magnitude(q_lo)), quad_max(bf16_max_magnitude(q_hi))};
     if (frag_quad == 0) {
@@ -197,7 +235,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   }
   // value_norm from the window's largest |inv_scale| (group_softmax.cuh), reduced by every warp on
   // its own.
-  float value_norm = value_norm_of(list_max_magnitude(s_inv_scale, window_entries, lane));
+  float value_norm = value_norm_of(listed_scale_magnitude<kWindowModel1>(s_inv_scale, window_entries, lane));
   float inv_value_norm = 1.0f / value_norm;
 
   const int window_tiles = (window_entries + kKeysPerTile - 1) / kKeysPerTile;
@@ -210,13 +248,16 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     tile_end = min(tile_begin + per_rank, window_tiles);
   }
   // With an extra source both sources' rows are copied at the width both allow, so that one copy
-  // of the tile loop serves the window and every chunk (below).
-  const int copy_width = kHasExtra ? min(kv_copy_width(p.window), kv_copy_width(p.extra)) : kv_copy_width(p.window);
+  // of the tile loop serves the window and every chunk (below). kModel1 rows are always copied 16
+  // bytes at a time: the width is that of the kE4m3 source.
+  const int copy_width = kHasExtra && !kWindowModel1 && !kExtraModel1 ? min(kv_copy_width(p.window), kv_copy_width(p.extra))
+                         : kWindowModel1 && kHasExtra                 ? kv_copy_width(p.extra)
+                                                                      : kv_copy_width(p.window);
 
   float o_acc[kDimsPerWarp / 8][4];
 #pragma unroll
   for (int n = 0; n < kDimsPerWarp / 8; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
-  RowState rows;
+  RowState row_state;
 
   const uint32_t kv_base = ptx::smem_addr(&smem.kv[0][0]);
   const int matrix = lane / 8;  // which 8x8 matrix of an ldmatrix.x4 this lane addresses
@@ -225,30 +266,38 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   const SwizzledRows pv_rows =
       swizzled_rows(kv_base, 8 * (matrix & 1) + (lane & 7), quarter * (kDimsPerWarp / 8) + (matrix >> 1));
 
-  // Runs tiles [tile_begin, tile_end) of the compacted list (num_valid entries, row offsets from
-  // p.window.kv_cache, copied copy_width bytes at a time) through the staging ring and the online
-  // softmax. The ring starts empty and ends with only empty copy groups in flight, so the window
-  // and each chunk of the extra source run one after the other through the same code.
-  const auto run_tiles = [&](int copy_width, int num_valid, int tile_begin, int tile_end) {
+  // Where the listed rows are (tile_staging.cuh): kE4m3 rows at offsets from the window's cache (an
+  // extra source's carry the distance between the caches), kModel1 rows at their source's blocks.
+  const OffsetRows seed_rows{p.window.kv_cache, s_row_offset};
+  const auto model1_rows = [&](const KvSourceParams& src) {
+    return Model1Rows{src.kv_cache, listed_entries<true>(s_row_offset), src.stride_kv_block, src.block_size};
+  };
+
+  // Runs tiles [tile_begin, tile_end) of the compacted list (num_valid entries, where `rows` says:
+  // OffsetRows from p.window.kv_cache, copied copy_width bytes at a time, or Model1Rows of one
+  // source) through the staging ring and the online softmax. The ring starts empty and ends with
+  // only empty copy groups in flight, so the window and each chunk of the extra source run one
+  // after the other through the same code.
+  const auto run_tiles = [&](const auto& rows, int copy_width, int num_valid, int tile_begin, int tile_end) {
+    constexpr bool kModel1Rows = std::remove_reference_t<decltype(rows)>::kModel1;
     const int num_tiles = (num_valid + kKeysPerTile - 1) / kKeysPerTile;
     // Copies past this CTA's last tile commit empty groups (issue_tile_copy skips tiles past the list).
     const auto copy_tile = [&](int tile) { return kSplitWindow && tile >= tile_end ? num_tiles : tile; };
     for (int stage = 0; stage < num_stages - 1; ++stage) {
-      issue_tile_copy<kThreads>(p.window.kv_cache, s_row_offset, num_valid, copy_tile(tile_begin + stage),
-                                staging + stage * kStageBytes, copy_width);
+      issue_tile_copy<kThreads>(rows, num_valid, copy_tile(tile_begin + stage), staging + stage * kStage, copy_width);
     }
     // Byte offsets in the ring of this tile's stage and of the one refilled this iteration (the
     // previous tile's), stepped without a runtime modulo.
     int read_offset = 0;
-    int refill_offset = (num_stages - 1) * kStageBytes;
+    int refill_offset = (num_stages - 1) * kStage;
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       cp_async_wait_pending(num_stages - 2);
       // This tile's rows landed for all threads; every warp is done with the previous tile: its PV
       // (smem.kv) and its partial scores (in the stage refilled next).
       __syncthreads();
-      issue_tile_copy<kThreads>(p.window.kv_cache, s_row_offset, num_valid, copy_tile(tile + num_stages - 1),
-                                staging + refill_offset, copy_width);
-      dequantize_tile<Smem::kWarps>(staging + read_offset, reinterpret_cast<uint8_t*>(&smem.kv[0][0]), warp, lane);
+      issue_tile_copy<kThreads>(rows, num_valid, copy_tile(tile + num_stages - 1), staging + refill_offset, copy_width);
+      dequantize_tile<Smem::kWarps, kBf16, kModel1Rows>(staging + read_offset, reinterpret_cast<uint8_t*>(&smem.kv[0][0]),
+                                                         warp, lane);
       __syncthreads();
 
       // Partial scores over this warp's 128 dims: S[16 heads][32 keys].
@@ -265,8 +314,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
           const uint32_t addr = qk_rows.addr[ks & 3] + (ks >> 2) * 8 * kChunkBytes + n * 8 * (kHeadDim * 2);
           uint32_t b0, b1, b2, b3;
           ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
-          ptx::mma_f16_16816(s_acc[n], q_frag, b0, b1);
-          ptx::mma_f16_16816(s_acc[n + 1], q_frag, b2, b3);
+          ptx::mma_16816<kBf16>(s_acc[n], q_frag, b0, b1);
+          ptx::mma_16816<kBf16>(s_acc[n + 1], q_frag, b2, b3);
         }
       }
       // The group's 4 partials meet in the stage this tile came from (dequantized, so free); this
@@ -277,8 +326,9 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       float scores[4];
       sum_partial_scores(partials, quarter, lane, scores);
       uint32_t p_frag[kKeysPerTile / 16][4];
-      group_softmax_tile(scores, tile * kKeysPerTile + 8 * quarter + 2 * frag_quad, num_valid, s_inv_scale, row_logit,
-                         kHasExtra ? smem.extra.inv_value_norm : inv_value_norm, smem.exchange[group], group, quarter, lane, rows, o_acc, p_frag);
+      group_softmax_tile<kBf16, kModel1Rows>(scores, tile * kKeysPerTile + 8 * quarter + 2 * frag_quad, num_valid,
+                                             s_inv_scale, row_logit, kHasExtra ? smem.extra.inv_value_norm : inv_value_norm,
+                                             smem.exchange[group], group, quarter, lane, row_state, o_acc, p_frag);
 
       // O[16 heads][this warp's 128 dims] += P[16][32 keys] * V[32 keys][128 dims].
 #pragma unroll
@@ -289,17 +339,21 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
           const uint32_t addr = pv_rows.addr[(n / 2) & 3] + (n / 8) * 8 * kChunkBytes + ks * 16 * (kHeadDim * 2);
           uint32_t b0, b1, b2, b3;
           ptx::ldmatrix_x4_trans(addr, b0, b1, b2, b3);
-          ptx::mma_f16_16816(o_acc[n], p_frag[ks], b0, b1);
-          ptx::mma_f16_16816(o_acc[n + 1], p_frag[ks], b2, b3);
+          ptx::mma_16816<kBf16>(o_acc[n], p_frag[ks], b0, b1);
+          ptx::mma_16816<kBf16>(o_acc[n + 1], p_frag[ks], b2, b3);
         }
       }
       refill_offset = read_offset;
-      read_offset = read_offset + kStageBytes == num_stages * kStageBytes ? 0 : read_offset + kStageBytes;
+      read_offset = read_offset + kStage == num_stages * kStage ? 0 : read_offset + kStage;
     }
   };
 
   if constexpr (!kHasExtra) {
-    run_tiles(copy_width, window_entries, tile_begin, tile_end);
+    if constexpr (kWindowModel1) {
+      run_tiles(model1_rows(p.window), copy_width, window_entries, tile_begin, tile_end);
+    } else {
+      run_tiles(seed_rows, copy_width, window_entries, tile_begin, tile_end);
+    }
     // Without a tile in this CTA's range (an empty window, or a split rank left without tiles) no
     // barrier separates the prologue's reads of exchange.row_max (the q scales) from the writes in
     // combine_row_sums: racecheck found a fast warp overwriting what a slow one still read.
@@ -315,8 +369,20 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       column_begin = min(ptx::cluster_rank() * per_rank, extra_columns);
       column_end = min(column_begin + per_rank, extra_columns);
     }
-    // One copy of the tile loop serves the window and every chunk: the extra list's offsets are
-    // from p.window.kv_cache too (they carry the distance between the caches).
+    // One copy of the tile loop serves the window and every chunk where both sources have the same
+    // format: the extra list's kE4m3 offsets are from p.window.kv_cache too (they carry the
+    // distance between the caches); kModel1 rows are found from their own source's fields.
+    const auto run_listed = [&](bool window_listed, int num_listed, int tile_begin, int tile_end) {
+      if constexpr (!kBf16) {
+        run_tiles(seed_rows, copy_width, num_listed, tile_begin, tile_end);
+      } else if constexpr (kWindowModel1 && kExtraModel1) {
+        run_tiles(model1_rows(window_listed ? p.window : p.extra), copy_width, num_listed, tile_begin, tile_end);
+      } else if (window_listed == kWindowModel1) {  // the list holds the kModel1 source's entries
+        run_tiles(model1_rows(kWindowModel1 ? p.window : p.extra), copy_width, num_listed, tile_begin, tile_end);
+      } else {
+        run_tiles(seed_rows, copy_width, num_listed, tile_begin, tile_end);
+      }
+    };
     const int64_t extra_bias = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.extra.kv_cache) -
                                                     reinterpret_cast<uintptr_t>(p.window.kv_cache));
     ExtraWalk& walk = smem.extra;
@@ -329,26 +395,29 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     // combine_row_sums' writes, which the window-only kernel needs a group barrier for (above).
     __syncthreads();
     int num_listed = window_entries;
+    bool window_listed = true;  // the list holds the window's entries, else a chunk's
     for (;;) {
-      run_tiles(copy_width, num_listed, tile_begin, tile_end);
+      run_listed(window_listed, num_listed, tile_begin, tile_end);
+      window_listed = false;
       // Read by every thread before the compaction's barriers, rewritten by thread 0 after them.
       const int chunk_begin = walk.next_column;
       const int chunk_end = min(chunk_begin + kExtraChunkColumns, walk.end_column);
       const float value_norm_so_far = 1.0f / walk.inv_value_norm;  // exact: a power of two
       if (chunk_begin >= chunk_end) break;
-      // The accumulators wait in the f16 tile and the staging ring, idle between chunks, while the
+      // The accumulators wait in the tile and the staging ring, idle between chunks, while the
       // chunk is compacted: in registers beside the compaction's they spilled at two groups on
       // sm_90. The barrier also keeps the list until the last tile's reads of it.
       __syncthreads();
       park_accumulators<kThreads>(o_acc, &smem.kv[0][0], staging);
       num_listed = compact_columns<kThreads, kExtraChunkColumns>(p.extra, walk.token, chunk_begin, chunk_end,
                                                                  static_cast<int>(threadIdx.x), [] { __syncthreads(); },
-                                                                 s_row_offset, s_inv_scale, smem.warp_counts, extra_bias);
+                                                                 listed_entries<kExtraModel1>(s_row_offset), s_inv_scale,
+                                                                 smem.warp_counts, extra_bias);
       unpark_accumulators<kThreads>(o_acc, &smem.kv[0][0], staging);
       // value_norm_of(max(a, b)) == value_norm_of(max(value_norm_of(a), b)): the running value_norm
       // stands for every earlier entry. Powers of two, so the rescale is exact.
       const float chunk_value_norm =
-          value_norm_of(fmaxf(value_norm_so_far, list_max_magnitude(s_inv_scale, num_listed, lane)));
+          value_norm_of(fmaxf(value_norm_so_far, listed_scale_magnitude<kExtraModel1>(s_inv_scale, num_listed, lane)));
       if (chunk_value_norm != value_norm_so_far) {  // the same in every thread: all reduced the same list
         const float rescale = value_norm_so_far / chunk_value_norm;
 #pragma unroll
@@ -368,9 +437,9 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     }
     value_norm = 1.0f / walk.inv_value_norm;
   }
-  combine_row_sums(smem.exchange[group], group, quarter, lane, rows);
+  combine_row_sums(smem.exchange[group], group, quarter, lane, row_state);
   if constexpr (kSplitWindow) {
-    // Every warp is done with the f16 tile, the q fragments and the exchanges: the partials go over
+    // Every warp is done with the tile, the q fragments and the exchanges: the partials go over
     // the first two (64 KiB at two groups), the row statistics over group 0's exchange.
     static_assert(kHeadGroups * kHeadsPerGroup * kHeadDim * 4 <= sizeof(smem.kv) + sizeof(smem.q_frags), "partials fit");
     // With an extra source the ranks' value_norms differ (each saw other chunks); each CTA's follows
@@ -379,7 +448,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     uint8_t* partials = reinterpret_cast<uint8_t*>(&smem.kv[0][0]);
     float2* row_stats = reinterpret_cast<float2*>(&smem.exchange[0].probs[0][0]);
     __syncthreads();
-    park_split_partials(partials, row_stats, o_acc, rows, group, quarter, lane);
+    park_split_partials(partials, row_stats, o_acc, row_state, group, quarter, lane);
     if (kHasExtra && threadIdx.x == 0) row_stats[kHeadGroups * kHeadsPerGroup] = make_float2(value_norm, 0.0f);
     ptx::cluster_barrier();
     combine_split_partials<kThreads, kHeadGroups * kHeadsPerGroup, kHasExtra>(
@@ -394,7 +463,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     for (int h = 0; h < 2; ++h) {
       const int head = out_head_base + frag_row + 8 * h;
       if (head >= p.num_heads) continue;
-      const FinalizedRow fin = finalize_row(rows.max[h], rows.sum[h], smem.sinks[group * kHeadsPerGroup + head - out_head_base]);
+      const FinalizedRow fin =
+          finalize_row(row_state.max[h], row_state.sum[h], smem.sinks[group * kHeadsPerGroup + head - out_head_base]);
       const float out_factor = fin.out_factor * value_norm;
       if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[out_token * p.stride_lse_token + head] = fin.lse;
       __nv_bfloat16* out_row = p.out + out_token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;
@@ -417,13 +487,14 @@ namespace swa_decode {
 
 // window_splits == 1: one CTA per (token, head block), numbered token-major by the kernel.
 // window_splits > 1 (sm_90+): a cluster of that many CTAs per (token, head block).
-template <int kHeadGroups, bool kSplitWindow, bool kHasExtra>
+template <int kHeadGroups, bool kSplitWindow, bool kHasExtra, bool kWindowModel1, bool kExtraModel1>
 cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
   constexpr int kThreads = kHeadGroups * portable::kWarpsPerGroup * 32;
-  const int smem_bytes =
-      portable::ring_plan(kHeadGroups, num_stages, portable::compacted_list_entries(params.window.max_entries, kHasExtra))
-          .total_bytes;
-  const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow, kHasExtra>;
+  const int smem_bytes = portable::ring_plan(kHeadGroups, num_stages,
+                                             portable::list_shape(params.window.max_entries, kHasExtra,
+                                                                  {kWindowModel1, kExtraModel1}))
+                             .total_bytes;
+  const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow, kHasExtra, kWindowModel1, kExtraModel1>;
   // Raising the dynamic shared-memory limit is a per-function attribute, not a stream operation,
   // so it is legal while a CUDA graph is being captured; it costs well under a microsecond.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
@@ -448,12 +519,13 @@ cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, 
   return cudaLaunchKernelEx(&config, kernel, params, num_stages);
 }
 
-template <int kHeadGroups, bool kHasExtra>
+template <int kHeadGroups, bool kHasExtra, bool kWindowModel1, bool kExtraModel1>
 cudaError_t launch_portable_source_variant(const DecodeParams& params, int num_stages, int window_splits,
                                            cudaStream_t stream) {
-  return window_splits > 1
-             ? launch_portable_variant<kHeadGroups, true, kHasExtra>(params, num_stages, window_splits, stream)
-             : launch_portable_variant<kHeadGroups, false, kHasExtra>(params, num_stages, 1, stream);
+  return window_splits > 1 ? launch_portable_variant<kHeadGroups, true, kHasExtra, kWindowModel1, kExtraModel1>(
+                                 params, num_stages, window_splits, stream)
+                           : launch_portable_variant<kHeadGroups, false, kHasExtra, kWindowModel1, kExtraModel1>(
+                                 params, num_stages, 1, stream);
 }
 
 }  // namespace swa_decode

@@ -11,11 +11,15 @@
 // token instead of every tile. Probabilities then reach 2^kRescaleSlack, which fp32 sums and f16
 // operands hold as well; the normalisation uses the same max, so the result is unchanged.
 //
-// The PV operand is P_j * inv_scale_j / value_norm in f16, value_norm = the largest |inv_scale| of
-// the entries so far (value_norm_of): the ratio is <= 1, so the operand is <= 256 whatever the
-// cache's scales are, and the epilogue multiplies by value_norm again. With an extra source the
-// entries come in chunks and a later chunk may raise value_norm; the kernel then multiplies the
-// accumulator by old / new value_norm (<= 1, a power of two: exact) before that chunk's tiles.
+// The PV operand is P_j * inv_scale_j / value_norm in f16 (bf16 where the tiles are bf16; a
+// kModel1 entry's inv_scale counts as 1, its scales being in its values), value_norm = the largest
+// |inv_scale| of the entries so far (value_norm_of): the ratio is <= 1, so the operand is <= 256
+// whatever the cache's scales are, and the epilogue multiplies by value_norm again. With an extra
+// source the entries come in chunks and a later chunk may raise value_norm; the kernel then
+// multiplies the accumulator by old / new value_norm (<= 1, a power of two: exact) before that
+// chunk's tiles. A kModel1 value is up to bf16's largest, so sum_j P_j v_j / value_norm stays in
+// fp32's range only while 256 x (the entries) x |v| does (|v| <= 2^100 at any entry count a token
+// can have); docs/semantics.md says so.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +36,7 @@ inline constexpr float kRescaleSlack = 8.0f;  // probabilities stay <= 256
 // What a group's warps swap each tile (the partial scores go through the tile's staging stage).
 struct GroupExchange {
   float row_max[16][kWarpsPerGroup];  // [fragment row][key block]: max over the block's 8 keys
-  uint2 probs[kWarpsPerGroup][32];    // [key block][lane]: f16x2 P of rows g and g + 8
+  uint2 probs[kWarpsPerGroup][32];    // [key block][lane]: f16x2 (bf16x2) P of rows g and g + 8
 };
 static_assert(sizeof(GroupExchange) == kGroupExchangeBytes, "portable_plan.h sizes GroupExchange");
 
@@ -66,12 +70,14 @@ struct RowState {
   float sum[2] = {0.0f, 0.0f};            // this lane's keys only; combined at the end
 };
 
-// One tile's softmax for the group. `scores`: raw q . e4m3 of this warp's key block (keys
-// first_key, first_key + 1 for this lane); `inv_scale`: the compacted window's scales;
-// `row_logit`: scale * log2(e) / 2^k of rows g and g + 8 (q_f16.cuh); `inv_value_norm`: 1 /
-// value_norm. Rescales o_acc when the max moves, and leaves in p_frag the PV A fragments (f16) of
-// all 32 keys. Every warp of the group must call it (it holds two group barriers).
-template <int kOutBlocks>
+// One tile's softmax for the group. `scores`: raw q . k of this warp's key block (keys first_key,
+// first_key + 1 for this lane; k the tile's e4m3 codes, or a kModel1 row's values); `inv_scale`:
+// the compacted list's scales (kUnitScales: none, every key's is 1, as for kModel1 rows, whose
+// scales are in their values); `row_logit`: scale * log2(e) / 2^k of rows g and g + 8 (q_f16.cuh;
+// k = 0 for bf16 tiles); `inv_value_norm`: 1 / value_norm. Rescales o_acc when the max moves, and
+// leaves in p_frag the PV A fragments (f16, or bf16 with kBf16P) of all 32 keys. Every warp of the
+// group must call it (it holds two group barriers).
+template <bool kBf16P, bool kUnitScales, int kOutBlocks>
 __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first_key, int num_valid,
                                                    const float* inv_scale, const float (&row_logit)[2],
                                                    float inv_value_norm, GroupExchange& ex, int group, int quarter,
@@ -80,7 +86,8 @@ __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first
   const int row = lane / 4;
   const bool valid[2] = {first_key < num_valid, first_key + 1 < num_valid};
   // The inverse scale factors out of q . e4m3; masked keys score -inf and weigh 0.
-  const float key_scale[2] = {valid[0] ? inv_scale[first_key] : 0.0f, valid[1] ? inv_scale[first_key + 1] : 0.0f};
+  const float key_scale[2] = {valid[0] ? (kUnitScales ? 1.0f : inv_scale[first_key]) : 0.0f,
+                              valid[1] ? (kUnitScales ? 1.0f : inv_scale[first_key + 1]) : 0.0f};
 #pragma unroll
   for (int r = 0; r < 4; ++r) scores[r] = valid[r & 1] ? scores[r] * (row_logit[r / 2] * key_scale[r & 1]) : -INFINITY;
 
@@ -131,8 +138,9 @@ __device__ __forceinline__ void group_softmax_tile(float (&scores)[4], int first
   // The numerator carries the inverse scale: out = value_norm * sum_j (p_j * inv_scale_j /
   // value_norm) * e4m3_j.
   const float ratio[2] = {key_scale[0] * inv_value_norm, key_scale[1] * inv_value_norm};
-  ex.probs[quarter][lane] = make_uint2(pack_f16x2(prob[0] * ratio[0], prob[1] * ratio[1]),
-                                       pack_f16x2(prob[2] * ratio[0], prob[3] * ratio[1]));
+  const auto pack = [](float lo, float hi) { return kBf16P ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); };
+  ex.probs[quarter][lane] =
+      make_uint2(pack(prob[0] * ratio[0], prob[1] * ratio[1]), pack(prob[2] * ratio[0], prob[3] * ratio[1]));
   group_barrier(group);
   // A fragment of k-step ks: keys 16 ks .. 16 ks + 15 = key blocks 2 ks and 2 ks + 1.
 #pragma unroll
@@ -154,6 +162,17 @@ __device__ __forceinline__ float list_max_magnitude(const float* inv_scale, int 
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) magnitude = fmaxf(magnitude, __shfl_xor_sync(0xFFFFFFFFu, magnitude, offset));
   return magnitude;
+}
+
+// The largest |inv_scale| of a compacted list for value_norm_of. A kModel1 entry has none: its P
+// is its probability itself, as if its inv_scale were 1, so a non-empty kModel1 list gives 1.
+template <bool kModel1>
+__device__ __forceinline__ float listed_scale_magnitude(const float* inv_scale, int n, int lane) {
+  if constexpr (kModel1) {
+    return n > 0 ? 1.0f : 0.0f;
+  } else {
+    return list_max_magnitude(inv_scale, n, lane);
+  }
 }
 
 // value_norm for the largest |inv_scale| of the entries seen so far (0 for none): the smallest power

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "swa_decode/limits.h"
+#include "swa_decode/swa_decode.h"  // the kModel1 layout's numbers
 
 namespace swa_decode::portable {
 
@@ -16,6 +17,15 @@ inline constexpr int kMaxWindow = static_cast<int>(swa_decode::kMaxWindow);
 inline constexpr int kMinStages = 2;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kStageBytes = kKeysPerTile * kHeadDim;  // 16 KiB of raw e4m3 rows
+// A staging buffer of kModel1 rows (docs/semantics.md, "Row formats"; tile_staging.cuh): the first
+// 512 bytes of each row (e4m3 dims 0..447, RoPE dims 448..479) laid out as a kE4m3 stage lays out
+// its rows, then the rows' last 64 bytes (RoPE dims 480..511), then their 8-byte scale rows:
+// 32 x 584 = 18,688 bytes, 2,304 more than a kE4m3 stage.
+inline constexpr int kModel1RowTailBytes = static_cast<int>(kModel1RowBytes) - kHeadDim;  // 64
+inline constexpr int kModel1TailOffset = kStageBytes;
+inline constexpr int kModel1ScalesOffset = kModel1TailOffset + kKeysPerTile * kModel1RowTailBytes;  // 18,432
+inline constexpr int kModel1StageBytes = kModel1ScalesOffset + kKeysPerTile * static_cast<int>(kModel1ScaleRowBytes);
+static_assert(kModel1StageBytes == 18688 && kModel1StageBytes % 128 == 0, "32 rows of 584 bytes, stages 128-aligned");
 // A CTA's q, held in shared memory as ready-made mma A fragments: 16 heads x 512 dims of bf16 per
 // group. Keeping it out of registers (32 per thread) is what lets two CTAs share an SM.
 inline constexpr int kQBytesPerGroup = kHeadsPerGroup * kHeadDim * 2;  // 16 KiB
@@ -60,23 +70,53 @@ constexpr int compacted_list_entries(int window_size, bool has_extra) {
   return has_extra ? kExtraChunkColumns : window_size;
 }
 
+// The row formats of a launch's sources (a template axis of the kernel: a kModel1 source makes
+// its tiles bf16, decode_portable.cuh). extra_model1 is false without an extra source.
+struct SourceFormats {
+  bool window_model1 = false;
+  bool extra_model1 = false;
+  constexpr bool any_model1() const { return window_model1 || extra_model1; }
+};
+
+// What the staging ring and the compacted list of a launch hold. Every entry has an 8-byte row
+// offset (a kModel1 entry: its block and its offset in the block); only kE4m3 entries have an
+// inv_scale (a kModel1 row's scales are in its block's footer and travel with the row). Listing
+// none for kModel1 is what keeps sm_90's second CTA per SM with the larger kModel1 stages:
+// 68,352 + 2 x 18,688 + 1024 x 8 = 113,920 of 115,712 bytes at two groups with an extra source
+// (1024 x 12 would need 118,016).
+struct ListShape {
+  int entries;        // compacted_list_entries
+  int scale_entries;  // the kE4m3 sources' share: a kE4m3 window's, or a kE4m3 extra source's chunk
+  int stage_bytes;    // kStageBytes, or kModel1StageBytes when either source is kModel1
+};
+constexpr ListShape list_shape(int window_size, bool has_extra, SourceFormats formats = {}) {
+  const int window_scales = formats.window_model1 ? 0 : window_size;
+  const int extra_scales = has_extra && !formats.extra_model1 ? kExtraChunkColumns : 0;
+  return ListShape{compacted_list_entries(window_size, has_extra),
+                   window_scales > extra_scales ? window_scales : extra_scales,
+                   formats.any_model1() ? kModel1StageBytes : kStageBytes};
+}
+
 struct RingPlan {
   int staging_offset;     // bytes from the start of shared memory, 128-aligned
-  int row_offset_offset;  // int64_t[list_entries]: compacted entries' byte offsets in their source's cache
-  int inv_scale_offset;   // float[list_entries]
+  int row_offset_offset;  // int64_t[list.entries]: compacted entries' byte offsets in their source's cache
+  int inv_scale_offset;   // float[list.scale_entries]
   int total_bytes;
 };
 
-// list_entries: compacted_list_entries(window_size, has_extra).
-constexpr RingPlan ring_plan(int head_groups, int num_stages, int list_entries) {
+constexpr RingPlan ring_plan(int head_groups, int num_stages, ListShape list) {
   const int staging = fixed_smem_bytes(head_groups);
-  const int row_offset = staging + num_stages * kStageBytes;
-  const int inv_scale = row_offset + list_entries * 8;
-  return RingPlan{staging, row_offset, inv_scale, inv_scale + list_entries * 4};
+  const int row_offset = staging + num_stages * list.stage_bytes;
+  const int inv_scale = row_offset + list.entries * 8;
+  return RingPlan{staging, row_offset, inv_scale, inv_scale + list.scale_entries * 4};
 }
-static_assert(ring_plan(1, kMinStages, kMaxWindow).total_bytes <= 99 * 1024 &&
-                  ring_plan(1, kMinStages, compacted_list_entries(1, true)).total_bytes <= 99 * 1024,
-              "one head group with two stages must fit sm_86/89/120's 99 KiB at any window, and with an extra source");
+static_assert(ring_plan(1, kMinStages, list_shape(kMaxWindow, false)).total_bytes <= 99 * 1024 &&
+                  ring_plan(1, kMinStages, list_shape(kMaxWindow, true)).total_bytes <= 99 * 1024 &&
+                  ring_plan(1, kMinStages, list_shape(kMaxWindow, false, {true, false})).total_bytes <= 99 * 1024 &&
+                  ring_plan(1, kMinStages, list_shape(kMaxWindow, true, {true, false})).total_bytes <= 99 * 1024 &&
+                  ring_plan(1, kMinStages, list_shape(kMaxWindow, true, {false, true})).total_bytes <= 99 * 1024,
+              "one head group with two stages must fit sm_86/89/120's 99 KiB at any window, with or without an extra "
+              "source, in either format");
 
 // Shared memory one CTA may use so that two share an SM. An SM has 1 KiB more than the per-block
 // opt-in limit (228 vs 227 KiB on sm_90, 164 vs 163 on sm_80) and reserves 1 KiB per resident block.
@@ -87,29 +127,38 @@ constexpr int64_t two_ctas_per_sm_budget(int64_t smem_optin_bytes) {
 // Stages (kMinStages..kMaxStages, never more than the list has tiles) for `head_groups`: the most
 // that still let two CTAs share an SM, since a second CTA hides one CTA's barriers and gather
 // latency better than a deeper ring does; where even kMinStages cannot be shared, the most that
-// fit one CTA. 0 if kMinStages does not fit at all. list_entries: compacted_list_entries.
-constexpr int choose_stages(int head_groups, int list_entries, int64_t smem_optin_bytes) {
-  const int tiles = (list_entries + kKeysPerTile - 1) / kKeysPerTile;
+// fit one CTA. 0 if kMinStages does not fit at all.
+constexpr int choose_stages(int head_groups, ListShape list, int64_t smem_optin_bytes) {
+  const int tiles = (list.entries + kKeysPerTile - 1) / kKeysPerTile;
   const int64_t shared = two_ctas_per_sm_budget(smem_optin_bytes);
-  const int64_t budget = ring_plan(head_groups, kMinStages, list_entries).total_bytes <= shared ? shared : smem_optin_bytes;
-  if (ring_plan(head_groups, kMinStages, list_entries).total_bytes > budget) return 0;
+  const int64_t budget = ring_plan(head_groups, kMinStages, list).total_bytes <= shared ? shared : smem_optin_bytes;
+  if (ring_plan(head_groups, kMinStages, list).total_bytes > budget) return 0;
   int stages = kMinStages;
-  while (stages < kMaxStages && stages < tiles && ring_plan(head_groups, stages + 1, list_entries).total_bytes <= budget) {
+  while (stages < kMaxStages && stages < tiles && ring_plan(head_groups, stages + 1, list).total_bytes <= budget) {
     ++stages;
   }
   return stages;
 }
 // sm_90 (227 KiB opt-in): an extra source's 1024-entry list keeps the window's stages (W = 128)
-// and two CTAs per SM.
+// and two CTAs per SM, in the seed format and with kModel1 rows in the extra source or in both
+// (the engines' layers); so does a window of kModel1 rows alone. A kModel1 window with a kE4m3
+// extra source lists 1024 inv_scales too: it runs one group a CTA (portable_record.cpp), with 2
+// stages instead of 3 (3 would take 118,912 bytes), still two CTAs per SM.
 inline constexpr int64_t kSm90SmemOptinBytes = 227 * 1024;
-static_assert(choose_stages(1, compacted_list_entries(128, true), kSm90SmemOptinBytes) ==
-                      choose_stages(1, 128, kSm90SmemOptinBytes) &&
-                  choose_stages(2, compacted_list_entries(128, true), kSm90SmemOptinBytes) ==
-                      choose_stages(2, 128, kSm90SmemOptinBytes) &&
-                  ring_plan(2, choose_stages(2, compacted_list_entries(128, true), kSm90SmemOptinBytes),
-                            compacted_list_entries(128, true))
-                          .total_bytes <= two_ctas_per_sm_budget(kSm90SmemOptinBytes),
-              "an extra source must not cost sm_90 a stage or its second CTA per SM");
+constexpr bool keeps_seed_stages_and_two_ctas(SourceFormats formats, bool has_extra) {
+  for (int head_groups = 1; head_groups <= 2; ++head_groups) {
+    const ListShape list = list_shape(128, has_extra, formats);
+    const int stages = choose_stages(head_groups, list, kSm90SmemOptinBytes);
+    if (stages != choose_stages(head_groups, list_shape(128, false), kSm90SmemOptinBytes) ||
+        ring_plan(head_groups, stages, list).total_bytes > two_ctas_per_sm_budget(kSm90SmemOptinBytes)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(keeps_seed_stages_and_two_ctas({}, true) && keeps_seed_stages_and_two_ctas({true, false}, false) &&
+                  keeps_seed_stages_and_two_ctas({false, true}, true) && keeps_seed_stages_and_two_ctas({true, true}, true),
+              "an extra source or kModel1 rows must not cost sm_90 a stage or its second CTA per SM");
 
 // CTAs that split each window (one thread-block cluster of 4, window_split_combine.cuh): 4 when
 // the split grid stays within a quarter of the SMs and the window has 4 tiles of 32 keys, else 1.

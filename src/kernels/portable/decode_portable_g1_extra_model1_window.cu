@@ -1,0 +1,7 @@
+// One explicit instantiation per file so the portable kernel's variants build in parallel:
+// one head group, the window in kModel1 rows, the extra source in kE4m3.
+#include "src/kernels/portable/decode_portable.cuh"
+
+namespace swa_decode {
+template cudaError_t launch_portable_source_variant<1, true, true, false>(const DecodeParams&, int, int, cudaStream_t);
+}  // namespace swa_decode
