@@ -8,18 +8,26 @@ Writes, from the window-only rows (the files given, else the newest vN_hH.json s
   --svg        (docs/bench.svg)   time and ratio to the floor against T, log-log, one line per H and
                                   kernel family, plus the peers' figures (dotted)
   --markdown   (docs/results.md)  every row, and per H and T each family next to the floor and peers
-  --readme     (README.md)        the short tables between the bench-table and layer-table markers,
-                                  where they are there
+  --readme     (README.md)        the short tables between the bench-table, layer-table and
+                                  format-table markers, where they are there
 and from the layer rows (--layers, default the newest vN_c4a*_hH.json / vN_c128a*_hH.json set, each
 file one layer at one H; `swa-decode bench --layer c4a|c128a`):
   --layers-svg (docs/bench_layers.svg)  time against T per layer, each family, its floor and the peers
   the layer section of --markdown and the README's layer table
+and from the layer files of both cache formats (--formats, default the newest version with a
+vN_model1_LAYER[_LABEL]_hH.json file: its seed and MODEL1 files, paired by layer, label and H;
+`swa-decode bench --layer swa|c4a|c128a --format seed|model1`):
+  the format section of --markdown and the README's format table: each format's pick against its
+  own floor at the same layer, H and T, and MODEL1's ratio over seed's
 and, in --markdown and the README, the eager host time per call (--eager, python/bench_eager.py).
+The seed tables take seed rows alone (a row's "format"; older files have none: seed); --results DIR
+looks the default files up in DIR instead of bench/results.
 
 Peers (--peers, default bench/results/peers_*.json) are figures measured with other libraries:
 {"peer": NAME, "device": DEVICE, "rows": [{"H", "T", "us", "source"}]}, a row with "layer" other
 than "swa" also naming its "extra_entries" (per row); only peers measured on the bench's device are
-drawn. Python standard library only (the SVG is written by hand), so it runs anywhere without an
+drawn; the format table sets them beside the MODEL1 rows alone (FlashMLA's were measured on MODEL1
+caches). Python standard library only (the SVG is written by hand), so it runs anywhere without an
 install.
 """
 
@@ -37,10 +45,19 @@ from collections import OrderedDict
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results")
 BENCH_NAME = re.compile(r"^v(\d+)_h(\d+)\.json$")  # one `swa-decode bench --json` file per version and H
-# One `swa-decode bench --layer L --json` file per version, layer, optional label (e.g. the
-# context: 64k, 1m) and H: v15_c4a_h128.json, v15_c128a_64k_h128.json.
-LAYER_NAME = re.compile(r"^v(\d+)_(c4a|c128a)(?:_([0-9a-z]+))?_h(\d+)\.json$")
-LAYER_TITLES = {"c4a": "C4A", "c128a": "C128A"}
+# One `swa-decode bench --layer L [--format model1] --json` file per version, format (a model1_
+# prefix; none: seed), layer, optional label (e.g. the context: 64k, 1m) and H: v15_c4a_h128.json,
+# v15_c128a_64k_h128.json, v16_model1_swa_h64.json. Groups: version, "model1" or None, layer,
+# label or None, H.
+LAYER_NAME = re.compile(r"^v(\d+)_(?:(model1)_)?(swa|c4a|c128a)(?:_([0-9a-z]+))?_h(\d+)\.json$")
+# The layers of the seed layer section (the window alone rides the vN_hH set there); the format
+# section takes every layer. Listed in the order the sections show them.
+SEED_SECTION_LAYERS = ("c4a", "c128a")
+LAYER_TITLES = {"swa": "SWA", "c4a": "C4A", "c128a": "C128A"}
+# A row's "format" (`swa-decode bench --format`): the cache rows it read. Files written before
+# --format existed have no such field and were seed.
+FORMATS = ("seed", "model1")
+FORMAT_TITLES = {"seed": "seed", "model1": "MODEL1"}
 # A peer's layer rows match a bench file when their extra entries per row are within this factor
 # of the file's mean: the bench draws each row's count (C4A: top-k of a context / 4 that may be
 # shorter, 0.94-0.97 of the top-k in v15) where a peer states the nominal count.
@@ -57,6 +74,11 @@ README_LAYER_ROWS = (("c4a", "", 128, (128, 2048)), ("c128a", "64k", 128, (128, 
                      ("c4a", "", 64, (2048,)))
 README_LAYER_BEGIN = "<!-- layer-table:begin (python3 scripts/plot_bench.py rewrites this block) -->"
 README_LAYER_END = "<!-- layer-table:end -->"
+# The README's format table: each layer file pair (seed and MODEL1 at one layer and H) at these T
+# and at the largest T both formats measured.
+README_FORMAT_TOKENS = (128,)
+README_FORMAT_BEGIN = "<!-- format-table:begin (python3 scripts/plot_bench.py rewrites this block) -->"
+README_FORMAT_END = "<!-- format-table:end -->"
 
 # Okabe-Ito colours (distinct for colour-blind readers), one per H; dash patterns, one per family.
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -82,6 +104,14 @@ def load_json(path: str) -> dict:
         raise SystemExit(f"plot_bench.py: cannot read {path}: {e}")
 
 
+def row_format(path: str, i: int, row: dict) -> str:
+    fmt = row.get("format", "seed")
+    if fmt not in FORMATS:
+        raise SystemExit(f"plot_bench.py: {path}: rows[{i}].format must be one of {', '.join(FORMATS)} "
+                         f"(or absent: seed), got {fmt!r}")
+    return fmt
+
+
 def check_rows(path: str, doc: dict, fields) -> list:
     rows = doc.get("rows")
     if not isinstance(rows, list) or not rows:
@@ -94,27 +124,38 @@ def check_rows(path: str, doc: dict, fields) -> list:
     return rows
 
 
-def newest_version(pattern: str, name) -> list:
-    """The files in bench/results matching glob `pattern` and regex `name` (group 1: the version)
-    of the highest version, or [] where none match."""
+def newest_version(results: str, pattern: str, name, keep=lambda match: True) -> list:
+    """The files in `results` matching glob `pattern`, regex `name` (group 1: the version) and
+    `keep` (of the match) of the highest version, or [] where none match."""
     by_version = {}
-    for path in glob.glob(os.path.join(RESULTS, pattern)):
+    for path in glob.glob(os.path.join(results, pattern)):
         match = name.match(os.path.basename(path))
-        if match:
+        if match and keep(match):
             by_version.setdefault(int(match.group(1)), []).append(path)
     return sorted(by_version[max(by_version)]) if by_version else []
 
 
-def newest_bench_files() -> list:
-    paths = newest_version("v*_h*.json", BENCH_NAME)
+def newest_bench_files(results: str) -> list:
+    paths = newest_version(results, "v*_h*.json", BENCH_NAME)
     if not paths:
-        raise SystemExit(f"plot_bench.py: no vN_hH.json files in {RESULTS}")
+        raise SystemExit(f"plot_bench.py: no vN_hH.json files in {results}")
     return paths
 
 
-def newest_layer_files() -> list:
-    """The newest version's layer files (vN_c4a_hH.json, vN_c128a_LABEL_hH.json), if any."""
-    return newest_version("v*_c*_h*.json", LAYER_NAME)
+def newest_layer_files(results: str) -> list:
+    """The newest version's seed layer files (vN_c4a_hH.json, vN_c128a_LABEL_hH.json), if any."""
+    return newest_version(results, "v*_c*_h*.json", LAYER_NAME,
+                          lambda m: m.group(2) is None and m.group(3) in SEED_SECTION_LAYERS)
+
+
+def newest_format_files(results: str) -> list:
+    """The layer files, seed and MODEL1, of the newest version with a MODEL1 one
+    (vN_model1_LAYER[_LABEL]_hH.json beside vN_LAYER[_LABEL]_hH.json), if any."""
+    model1 = newest_version(results, "v*_model1_*_h*.json", LAYER_NAME, lambda m: m.group(2) == "model1")
+    if not model1:
+        return []
+    version = LAYER_NAME.match(os.path.basename(model1[0])).group(1)
+    return newest_version(results, f"v{version}_*_h*.json", LAYER_NAME)
 
 
 def family(kernel: str) -> str:
@@ -123,16 +164,22 @@ def family(kernel: str) -> str:
 
 
 class Bench:
-    """The rows of the given bench files, with the device, commits and copy bandwidths they name."""
+    """The rows of the given bench files, with the device, commits and copy bandwidths they name;
+    every row of a format in `formats` (the seed tables take seed rows alone)."""
 
-    def __init__(self, paths, fields=BENCH_FIELDS):
+    def __init__(self, paths, fields=BENCH_FIELDS, formats=("seed",)):
         self.paths = list(paths)
         self.rows = []
         self.devices, self.commits, self.copy_gbps, self.matmul_tflops = OrderedDict(), OrderedDict(), [], []
         for path in self.paths:
             doc = load_json(path)
-            for row in check_rows(path, doc, fields):
-                self.rows.append(dict(row, file=os.path.splitext(os.path.basename(path))[0]))
+            for i, row in enumerate(check_rows(path, doc, fields)):
+                fmt = row_format(path, i, row)
+                if fmt not in formats:
+                    raise SystemExit(f"plot_bench.py: {path}: rows[{i}].format is {fmt!r}, but this table "
+                                     f"takes {' and '.join(map(repr, formats))} rows only (a MODEL1 file goes "
+                                     "to the format table: --formats)")
+                self.rows.append(dict(row, format=fmt, file=os.path.splitext(os.path.basename(path))[0]))
             self.devices[doc.get("device", "unknown device")] = None
             commit = str(doc.get("commit", "unknown"))[:7] + ("-dirty" if doc.get("commit_dirty") else "")
             self.commits[commit] = None
@@ -178,17 +225,26 @@ class Bench:
 
 
 class LayerSet(Bench):
-    """One layer file: one layer at one H (`swa-decode bench --layer`), its rows and its peers."""
+    """One layer file: one layer at one H in one format (`swa-decode bench --layer L --format F`),
+    its rows and its peers."""
 
-    def __init__(self, path: str):
-        super().__init__([path], LAYER_FIELDS)
+    def __init__(self, path: str, formats=("seed",)):
+        super().__init__([path], LAYER_FIELDS, formats)
         match = LAYER_NAME.match(os.path.basename(path))
         self.layer = self.rows[0]["layer"]
-        self.label = (match.group(3) or "") if match else ""
+        self.label = (match.group(4) or "") if match else ""
         self.num_heads = self.rows[0]["H"]
+        self.format = self.rows[0]["format"]
         if {r["layer"] for r in self.rows} != {self.layer} or set(self.heads) != {self.num_heads}:
             raise SystemExit(f"plot_bench.py: {path}: expected one layer at one H, got layers "
                              f"{sorted({r['layer'] for r in self.rows})} and H {self.heads}")
+        formats_read = sorted({r["format"] for r in self.rows})
+        if formats_read != [self.format]:
+            raise SystemExit(f"plot_bench.py: {path}: expected rows of one format, got formats {formats_read}")
+        named = (match.group(2) or "seed") if match else self.format
+        if named != self.format:
+            raise SystemExit(f"plot_bench.py: {path}: the name says format {named!r} (a model1_ prefix or "
+                             f"none), but its rows' format is {self.format!r}")
         self.mean_context = sum(r["context"] for r in self.rows) / len(self.rows)
         self.mean_extra = sum(r["extra_entries"] for r in self.rows) / len(self.rows)
         self.peer_extra = {}  # peer name -> the extra entries of its matching rows
@@ -196,12 +252,16 @@ class LayerSet(Bench):
     @property
     def title(self) -> str:
         """e.g. "C128A, H = 128, mean context 1.07M: window 128 + 8123 compressed entries per row"."""
+        return f"{LAYER_TITLES.get(self.layer, self.layer)}, H = {self.num_heads}, {self.shape_text}"
+
+    @property
+    def shape_text(self) -> str:
+        """e.g. "mean context 1.07M: window 128 + 8123 compressed entries per row"."""
         context = (f"{self.mean_context / 1e6:.2f}M" if self.mean_context >= 1e6
                    else f"{self.mean_context / 1e3:.1f}k")
         windows = sorted({r["W"] for r in self.rows if "W" in r})
         window = "/".join(map(str, windows)) or "W"
-        return (f"{LAYER_TITLES.get(self.layer, self.layer)}, H = {self.num_heads}, mean context "
-                f"{context}: window {window} + {self.mean_extra:.0f} compressed entries per row")
+        return f"mean context {context}: window {window} + {self.mean_extra:.0f} compressed entries per row"
 
     @property
     def name(self) -> str:
@@ -215,16 +275,73 @@ class LayerSet(Bench):
 
     def match_peers(self, peers: list) -> None:
         for p in peers:
+            if self.layer == "swa":
+                # The window alone: the peer's window-only rows at this H (no extra entries to match).
+                if any(p.us(self.num_heads, t) is not None for t in self.tokens):
+                    self.peer_extra[p.name] = None
+                continue
             extra = p.layer_extra(self.layer, self.num_heads, self.mean_extra)
             if extra is not None:
                 self.peer_extra[p.name] = extra
 
     def peer_us(self, peer, tokens: int):
-        extra = self.peer_extra.get(peer.name)
-        return None if extra is None else peer.layer_us(self.layer, self.num_heads, extra, tokens)
+        if peer.name not in self.peer_extra:
+            return None
+        if self.layer == "swa":
+            return peer.us(self.num_heads, tokens)
+        return peer.layer_us(self.layer, self.num_heads, self.peer_extra[peer.name], tokens)
 
     def peer_columns(self, peers: list) -> list:
         return [(p.name, lambda h, t, p=p: self.peer_us(p, t)) for p in peers if p.name in self.peer_extra]
+
+
+def layer_order(ls: LayerSet):
+    """SWA, C4A, C128A, then by mean context, then the most heads first."""
+    order = list(LAYER_TITLES)
+    return (order.index(ls.layer) if ls.layer in order else len(order), ls.mean_context, -ls.num_heads)
+
+
+class FormatPair:
+    """One layer (and file label) at one H in both cache formats: format -> its LayerSet, either
+    format possibly missing."""
+
+    def __init__(self, sets: dict):
+        self.sets = sets
+        first = next(iter(sets.values()))
+        self.layer, self.label, self.num_heads, self.name = first.layer, first.label, first.num_heads, first.name
+        self.tokens = sorted({t for ls in sets.values() for t in ls.tokens})
+
+    def pick(self, fmt: str, tokens: int):
+        """decode()'s pick in format `fmt` at T, or None."""
+        ls = self.sets.get(fmt)
+        return picked({f: ls.row(ls.num_heads, tokens, f) for f in ls.families}) if ls else None
+
+    def ratio_over_seed(self, tokens: int):
+        """MODEL1's pick's ratio to its floor over seed's at T (None where either is missing)."""
+        seed, model1 = self.pick("seed", tokens), self.pick("model1", tokens)
+        if seed and model1 and seed.get("ratio") and model1.get("ratio"):
+            return model1["ratio"] / seed["ratio"]
+        return None
+
+    def peer_us(self, peer, tokens: int):
+        """The peer's time at T, matched to the MODEL1 set alone: the peers were measured on MODEL1
+        caches, so no seed row stands in for it."""
+        ls = self.sets.get("model1")
+        return ls.peer_us(peer, tokens) if ls else None
+
+
+def format_pairs(paths, peers: list) -> list:
+    """The layer files of both formats paired by layer, file label and H, in layer_order."""
+    by_key = OrderedDict()
+    for ls in sorted((LayerSet(path, FORMATS) for path in paths), key=layer_order):
+        pair = by_key.setdefault((ls.layer, ls.label, ls.num_heads), {})
+        if ls.format in pair:
+            raise SystemExit(f"plot_bench.py: {ls.paths[0]} and {pair[ls.format].paths[0]}: two "
+                             f"{FORMAT_TITLES[ls.format]} files of {ls.short_title}; expected one per "
+                             "format, layer, file label and H")
+        pair[ls.format] = ls
+        ls.match_peers([p for p in peers if p.device in ls.devices])
+    return [FormatPair(sets) for sets in by_key.values()]
 
 
 def picked(rows: dict):
@@ -652,6 +769,129 @@ def layer_section(sets: list, peers: list, svg_path, markdown_path: str) -> list
     return lines
 
 
+def format_kernels(pair: FormatPair, tokens: int) -> str:
+    """What decode() runs at T: one kernel, or each format's where they differ."""
+    kernels = OrderedDict((fmt, r["kernel"]) for fmt in FORMATS if (r := pair.pick(fmt, tokens)))
+    if len(set(kernels.values())) == 1:
+        return f"`{next(iter(kernels.values()))}`"
+    return ", ".join(f"{FORMAT_TITLES[fmt]} `{k}`" for fmt, k in kernels.items())
+
+
+def format_peers(pairs: list, peers: list) -> list:
+    """The peers matched to any pair's MODEL1 set."""
+    return [p for p in peers if any(p.name in pair.sets["model1"].peer_extra
+                                    for pair in pairs if "model1" in pair.sets)]
+
+
+def format_table(pairs: list, peers: list, tokens_of) -> list:
+    """One row per pair and T in tokens_of(pair): each format's pick, its time, its own floor (and
+    which binds) and its time over that floor, MODEL1's ratio over seed's, and each peer's time
+    beside MODEL1's with MODEL1's pick over it."""
+    header = ["layer", "H", "T", "`decode()` runs"]
+    for fmt in FORMATS:
+        header += [f"{FORMAT_TITLES[fmt]} us", f"{FORMAT_TITLES[fmt]} floor us", f"{FORMAT_TITLES[fmt]} x floor"]
+    header += ["MODEL1 x floor / seed x floor"]
+    header += [f"{p.name} us (MODEL1)" for p in peers] + [f"MODEL1 / {p.name}" for p in peers]
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|---:|---|" + "---:|" * (len(header) - 4)]
+    for pair in pairs:
+        for t in tokens_of(pair):
+            picks = {fmt: pair.pick(fmt, t) for fmt in FORMATS}
+            if not any(picks.values()):
+                continue
+            cells = [pair.name, str(pair.num_heads), str(t), format_kernels(pair, t)]
+            for fmt in FORMATS:
+                r = picks[fmt]
+                floor = (f"{r['floor_us']:.2f} ({r['bound']})" if r and r.get("floor_us") is not None
+                         else "")
+                cells += [us_cell(r["us"]) if r else "", floor, ratio_cell(r["ratio"]) if r else ""]
+            over_seed = pair.ratio_over_seed(t)
+            cells.append(f"{over_seed:.2f}" if over_seed else "")
+            peer_us = [pair.peer_us(p, t) for p in peers]
+            model1 = picks["model1"]
+            cells += [us_cell(us) for us in peer_us]
+            cells += [ratio_cell(model1["us"] / us) if model1 and model1.get("us") and us else ""
+                      for us in peer_us]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def format_summary(pairs: list) -> str:
+    """MODEL1 / seed (each over its own floor) over every layer, H and T timed in both formats, where
+    it is smallest and largest, and how many rows pass their check."""
+    ratios = [(x, pair, t) for pair in pairs for t in pair.tokens if (x := pair.ratio_over_seed(t))]
+    rows = [r for pair in pairs for ls in pair.sets.values() for r in ls.rows]
+    failed = len([r for r in rows if r.get("check") != "pass"])
+    correct = ("every row of either format passes its check against the float64 reference" if not failed
+               else f"{failed} of {len(rows)} rows fail their check against the float64 reference")
+    if not ratios:
+        return f"No layer, H and T has timings in both formats; {correct}."
+    lo, hi = min(ratios, key=lambda x: x[0]), max(ratios, key=lambda x: x[0])
+    return (f"MODEL1's ratio to its floor over seed's, over the {len(ratios)} layer, H and T combinations "
+            f"timed in both formats: {lo[0]:.2f} ({lo[1].name}, H = {lo[1].num_heads}, T = {lo[2]}) to {hi[0]:.2f} "
+            f"({hi[1].name}, H = {hi[1].num_heads}, T = {hi[2]}); {correct}.")
+
+
+# What the format table's columns mean, for docs/results.md and the README alike.
+FORMAT_EXPLANATION = (
+    "Each row puts `decode()`'s pick on seed cache rows beside its pick on MODEL1 rows (FlashMLA's "
+    "layout, which vLLM and SGLang store; docs/semantics.md has its bytes) at the same layer, H and T, "
+    "each format against its own floor: the larger of its memory floor (MODEL1's rows are larger, so its "
+    "memory floor is higher) and the compute floor (the same for both), with the one that binds. "
+    "`MODEL1 x floor / seed x floor` is 1 where MODEL1 runs as close to its floor as seed to its, above 1 "
+    "where it is further. The peers' figures were measured on MODEL1 caches, so they sit beside the "
+    "MODEL1 rows alone.")
+
+
+def format_files(pairs: list) -> Bench:
+    """Every row of every pair's files, for their devices, commits and paths."""
+    return Bench([p for pair in pairs for ls in pair.sets.values() for p in ls.paths], LAYER_FIELDS, FORMATS)
+
+
+def format_section(pairs: list, peers: list) -> list:
+    if not pairs:
+        return []
+    every = format_files(pairs)
+    shown = format_peers(pairs, peers)
+    lines = [
+        "## Cache formats: seed and MODEL1, each against its own floor",
+        "",
+        f"From {', '.join(f'`{relative(p)}`' for p in every.paths)} (`swa-decode bench "
+        f"--layer swa|c4a|c128a --format seed|model1`). Device: {every.device}. Commit: {every.commit}. "
+        + FORMAT_EXPLANATION,
+        "",
+        format_summary(pairs),
+        "",
+        *format_table(pairs, shown, lambda pair: pair.tokens),
+        "",
+    ]
+    for pair in pairs:
+        shapes = "; ".join(f"{FORMAT_TITLES[fmt]} {pair.sets[fmt].shape_text}" for fmt in FORMATS
+                           if fmt in pair.sets)
+        lines.append(f"- {pair.name}, H = {pair.num_heads}: {shapes}")
+        model1 = pair.sets.get("model1")
+        for p in shown:
+            if model1 and p.name in model1.peer_extra:
+                lines.append(f"  - {p.name}: " + "; ".join(p.sources(pair.layer, pair.num_heads,
+                                                                    model1.peer_extra[p.name])))
+    return lines + [""]
+
+
+def readme_format_block(pairs: list, peers: list) -> list:
+    """Each pair at README_FORMAT_TOKENS and at the largest T both formats measured; [""] (an empty
+    block) where no layer file of either format was read."""
+    if not pairs:
+        return [""]
+
+    def tokens_of(pair):
+        both = [t for t in pair.tokens if all(pair.pick(fmt, t) for fmt in FORMATS)]
+        return sorted({t for t in README_FORMAT_TOKENS if t in both} | set(both[-1:]))
+
+    every = format_files(pairs)
+    text = (f"Both cache formats, measured on one {every.device} (commit {every.commit}; `swa-decode bench "
+            "--format seed|model1`). " + FORMAT_EXPLANATION + " " + format_summary(pairs))
+    return [text, "", *format_table(pairs, format_peers(pairs, peers), tokens_of), ""]
+
+
 def load_eager(path: str):
     doc = load_json(path)
     return doc, check_rows(path, doc, EAGER_FIELDS)
@@ -696,7 +936,7 @@ def eager_sentence(path: str) -> str:
 
 
 def write_markdown(bench: Bench, peers: list, svg_path, dropin_path, path: str, layer_lines=(),
-                   eager_path=None) -> None:
+                   eager_path=None, format_lines=()) -> None:
     files = ", ".join(f"`{relative(p)}`" for p in bench.paths)
     copy_range = sorted({f"{gbps / 1000:.2f}" for gbps in bench.copy_gbps})
     copy = "-".join(copy_range[::max(1, len(copy_range) - 1)]) + " TB/s" if copy_range else "not recorded"
@@ -733,6 +973,7 @@ def write_markdown(bench: Bench, peers: list, svg_path, dropin_path, path: str, 
         lines += ["Peers, measured on the same GPU:", "", *peer_notes(peers), ""]
     lines += ["## Every row", "", *every_row_table(bench), ""]
     lines += list(layer_lines)
+    lines += list(format_lines)
     if dropin_path:
         lines += [*dropin_section(dropin_path), ""]
     if eager_path:
@@ -815,7 +1056,8 @@ def readme_layer_block(sets: list, peers: list) -> list:
     return [text + ".", "", *lines, ""]
 
 
-def update_readme(bench: Bench, peers: list, dropin_path, path: str, layer_sets=(), eager_path=None) -> bool:
+def update_readme(bench: Bench, peers: list, dropin_path, path: str, layer_sets=(), eager_path=None,
+                  pairs=()) -> bool:
     with open(path) as f:
         text = f.read()
     heads = [h for h in README_HEADS if h in bench.heads]
@@ -838,8 +1080,10 @@ def update_readme(bench: Bench, peers: list, dropin_path, path: str, layer_sets=
     layer_peers = [p for p in peers if any(p.name in ls.peer_extra for ls in layer_sets)]
     layers = replace_block(window, README_LAYER_BEGIN, README_LAYER_END,
                            readme_layer_block(list(layer_sets), layer_peers))
+    layers = layers if layers is not None else window
+    formats = replace_block(layers, README_FORMAT_BEGIN, README_FORMAT_END, readme_format_block(list(pairs), peers))
     with open(path, "w") as f:
-        f.write(layers if layers is not None else window)
+        f.write(formats if formats is not None else layers)
     return True
 
 
@@ -847,25 +1091,38 @@ def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*", help="bench JSON files (default: the newest vN_h*.json set)")
+    parser.add_argument("--results", default=RESULTS,
+                        help="the folder the defaults of the files, --peers, --layers, --formats, --dropin "
+                             "and --eager are looked up in (default bench/results)")
     parser.add_argument("--peers", nargs="*", default=None,
-                        help="peer JSON files (default: bench/results/peers_*.json)")
+                        help="peer JSON files (default: RESULTS/peers_*.json)")
     parser.add_argument("--svg", default=os.path.join(REPO, "docs", "bench.svg"), help="'' to skip")
     parser.add_argument("--markdown", default=os.path.join(REPO, "docs", "results.md"), help="'' to skip")
     parser.add_argument("--readme", default=os.path.join(REPO, "README.md"), help="'' to skip")
-    parser.add_argument("--dropin", default=os.path.join(RESULTS, "python_vs_seed.json"),
-                        help="python/bench_vs_seed.py JSON for the markdown ('' to skip)")
+    parser.add_argument("--dropin", default=None,
+                        help="python/bench_vs_seed.py JSON for the markdown (default "
+                             "RESULTS/python_vs_seed.json; '' to skip)")
     parser.add_argument("--layers", nargs="*", default=None,
-                        help="layer bench JSON files (default: the newest vN_c4a*/vN_c128a* set)")
+                        help="seed layer bench JSON files (default: the newest vN_c4a*/vN_c128a* set)")
+    parser.add_argument("--formats", nargs="*", default=None,
+                        help="layer bench JSON files of both formats, paired by layer, file label and H "
+                             "for the format table (default: the newest version with a vN_model1_* file, "
+                             "its seed and MODEL1 files)")
     parser.add_argument("--layers-svg", default=os.path.join(REPO, "docs", "bench_layers.svg"),
                         help="'' to skip")
-    parser.add_argument("--eager", default=os.path.join(RESULTS, "eager_h200.json"),
-                        help="python/bench_eager.py JSON for the markdown and the README ('' to skip)")
+    parser.add_argument("--eager", default=None,
+                        help="python/bench_eager.py JSON for the markdown and the README (default "
+                             "RESULTS/eager_h200.json; '' to skip)")
     args = parser.parse_args(argv)
+    if args.dropin is None:
+        args.dropin = os.path.join(args.results, "python_vs_seed.json")
+    if args.eager is None:
+        args.eager = os.path.join(args.results, "eager_h200.json")
 
-    bench = Bench(args.files or newest_bench_files())
+    bench = Bench(args.files or newest_bench_files(args.results))
     peer_paths = args.peers
     if peer_paths is None:
-        peer_paths = sorted(glob.glob(os.path.join(RESULTS, "peers_*.json")))
+        peer_paths = sorted(glob.glob(os.path.join(args.results, "peers_*.json")))
     peers = []
     for path in peer_paths:
         peer = Peer(path)
@@ -875,14 +1132,12 @@ def main(argv) -> int:
             print(f"plot_bench.py: {relative(path)} was measured on {peer.device}, not on "
                   f"{bench.device}: left out", file=sys.stderr)
 
-    layer_paths = args.layers if args.layers is not None else newest_layer_files()
-    # C4A before C128A, then by mean context, then the most heads first.
-    order = list(LAYER_TITLES)
-    layer_sets = sorted((LayerSet(path) for path in layer_paths),
-                        key=lambda ls: (order.index(ls.layer) if ls.layer in order else len(order),
-                                        ls.mean_context, -ls.num_heads))
+    layer_paths = args.layers if args.layers is not None else newest_layer_files(args.results)
+    layer_sets = sorted((LayerSet(path) for path in layer_paths), key=layer_order)
     for ls in layer_sets:
         ls.match_peers([p for p in peers if p.device in ls.devices])
+    format_paths = args.formats if args.formats is not None else newest_format_files(args.results)
+    pairs = format_pairs(format_paths, peers)
 
     if args.svg:
         with open(args.svg, "w") as f:
@@ -897,9 +1152,10 @@ def main(argv) -> int:
     eager = args.eager if args.eager and os.path.exists(args.eager) else None
     if args.markdown:
         write_markdown(bench, peers, args.svg or None, dropin, args.markdown,
-                       layer_section(layer_sets, peers, layers_svg, args.markdown), eager)
+                       layer_section(layer_sets, peers, layers_svg, args.markdown), eager,
+                       format_section(pairs, peers))
         print(f"wrote {relative(args.markdown)}")
-    if args.readme and update_readme(bench, peers, dropin, args.readme, layer_sets, eager):
+    if args.readme and update_readme(bench, peers, dropin, args.readme, layer_sets, eager, pairs):
         print(f"updated the bench tables in {relative(args.readme)}")
     return 0
 
