@@ -31,27 +31,6 @@ __device__ __forceinline__ void e4m3x4_to_bf16x4(uint32_t codes, uint32_t& lo, u
   hi = e4m3x2_to_bf16x2(static_cast<uint16_t>(codes >> 16));
 }
 
-// A UE8M0 scale byte (kModel1's per-64-dim scales) -> 2^(byte - 127) as fp32: byte 0 is the
-// subnormal 2^-127, 255 is NaN (OCP MX), the rest are the normal powers 2^-126..2^127.
-__device__ __forceinline__ float ue8m0_to_float(uint8_t byte) {
-  const uint32_t normal = static_cast<uint32_t>(byte) << 23;
-  const uint32_t bits = byte == 0 ? 0x00400000u : (byte == 0xFF ? 0x7FC00000u : normal);  // selects, no branch
-  return __uint_as_float(bits);
-}
-
-// Four e4m3 codes times a power of two -> two bf16x2 words. The product of an e4m3 value (3
-// mantissa bits) and 2^k is exact in fp32 and in bf16 while it stays within bf16's range (values
-// below 2^-133 round, above its largest finite value become inf, as they would in a bf16 out).
-__device__ __forceinline__ void e4m3x4_to_bf16x4_scaled(uint32_t codes, float power_of_two, uint32_t& lo,
-                                                        uint32_t& hi) {
-  const __half2_raw l = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes & 0xFFFFu), __NV_E4M3);
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes >> 16), __NV_E4M3);
-  const float2 fl = __half22float2(*reinterpret_cast<const __half2*>(&l));
-  const float2 fh = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  lo = pack_bf16x2(fl.x * power_of_two, fl.y * power_of_two);
-  hi = pack_bf16x2(fh.x * power_of_two, fh.y * power_of_two);
-}
-
 // Four e4m3 codes packed in a u32 -> two f16x2 words: one cvt per pair on sm_89+, against four
 // for bf16 (the f16 -> bf16 step has no single instruction).
 __device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t codes, uint32_t& lo, uint32_t& hi) {

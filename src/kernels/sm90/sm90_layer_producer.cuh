@@ -149,26 +149,26 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
 // The part of a subtile's copies that may run while the consumers still use its stage: whole seed
 // rows, or kModel1's e4m3 bytes and scale rows. Keys past count are zero-filled, so that they
 // enter S and O as zeros (the consumers mask their scores; 0 * stale data could be NaN).
+// The first kChunks 16-byte pieces of each of the subtile's rows into staging, zero-filled past count.
+template <int kChunks, int kUnroll>
+__device__ __forceinline__ void issue_row_pieces(const Subtile& u, LayerSmemPlan& smem, int tid) {
+  const uint8_t* kv_cache = u.src->kv_cache;
+#pragma unroll kUnroll
+  for (int piece = tid; piece < kSubtileKeys * kChunks; piece += kGatherThreads) {
+    const int key = piece / kChunks;
+    const int chunk = piece % kChunks;
+    const bool valid = key < u.count;
+    const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + chunk * 16 : kv_cache;
+    ptx::cp_async_16(ptx::smem_addr(staged_piece(smem, key, chunk)), src, valid ? 16u : 0u);
+  }
+}
+
 __device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmemPlan& smem, int tid) {
   const uint8_t* kv_cache = u.src->kv_cache;
   if (!u.model1) {
-#pragma unroll 4
-    for (int piece = tid; piece < kSubtileKeys * kStagingChunks; piece += kGatherThreads) {
-      const int key = piece / kStagingChunks;
-      const int chunk = piece % kStagingChunks;
-      const bool valid = key < u.count;
-      const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + chunk * 16 : kv_cache;
-      ptx::cp_async_16(ptx::smem_addr(staged_piece(smem, key, chunk)), src, valid ? 16u : 0u);
-    }
+    issue_row_pieces<kStagingChunks, 4>(u, smem, tid);
   } else {
-#pragma unroll 2
-    for (int piece = tid; piece < kSubtileKeys * kModel1E4m3Chunks; piece += kGatherThreads) {
-      const int key = piece / kModel1E4m3Chunks;
-      const int chunk = piece % kModel1E4m3Chunks;
-      const bool valid = key < u.count;
-      const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + chunk * 16 : kv_cache;
-      ptx::cp_async_16(ptx::smem_addr(staged_piece(smem, key, chunk)), src, valid ? 16u : 0u);
-    }
+    issue_row_pieces<kModel1E4m3Chunks, 2>(u, smem, tid);  // two pieces a round, as the build measured on the H200
     static_assert(kSubtileKeys <= kGatherThreads, "one scale row per thread");
     if (tid < kSubtileKeys) {
       const bool valid = tid < u.count;
@@ -217,8 +217,8 @@ __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stag
     for (int k = 0; k < 4; ++k) {
       uint4 chunk;
       if constexpr (kModel1) {
-        e4m3x4_to_bf16x4_scaled(words[2 * k], scale, chunk.x, chunk.y);
-        e4m3x4_to_bf16x4_scaled(words[2 * k + 1], scale, chunk.z, chunk.w);
+        e4m3x4_to_scaled_bf16x4(words[2 * k], scale, chunk.x, chunk.y);
+        e4m3x4_to_scaled_bf16x4(words[2 * k + 1], scale, chunk.z, chunk.w);
       } else {
         e4m3x4_to_bf16x4(words[2 * k], chunk.x, chunk.y);
         e4m3x4_to_bf16x4(words[2 * k + 1], chunk.z, chunk.w);
