@@ -68,14 +68,18 @@ def test_cpu_backend_with_gloo(tmp_path, nproc):
     assert all(r["max_err"] == 0 for r in check_result(result, nproc, heads, tokens))
 
 
+def run_heads(batch, heads: range):
+    """The example's decode call for `heads` (one copy), run once; returns its output."""
+    outs, calls = tp.decode_calls(batch, heads, copies=1)
+    calls[0]()
+    return outs[0]
+
+
 def shard_and_reference(T=5, H=8, W=32):
     batch = tp.make_batch(T, H, W, seed=3)
     heads = tp.head_range(0, 2, H)
-    shard_out, shard_calls = tp.decode_calls(batch, heads, copies=1)
-    ref_out, ref_calls = tp.decode_calls(batch, range(H), copies=1)
-    shard_calls[0]()
-    ref_calls[0]()
-    return batch, heads, shard_out[0], ref_out[0], tp.bf16_pipeline(batch)
+    shard, reference = run_heads(batch, heads), run_heads(batch, range(H))
+    return batch, heads, shard, reference, tp.bf16_pipeline(batch)
 
 
 def test_check_catches_wrong_heads():
@@ -88,12 +92,6 @@ def test_check_catches_wrong_heads():
     assert not err <= tol
 
 
-def run_all_heads(batch):
-    outs, calls = tp.decode_calls(batch, range(batch["q"].shape[1]), copies=1)
-    calls[0]()
-    return outs[0]
-
-
 def test_check_catches_a_read_of_a_poisoned_slot():
     T, H, W = 4, 8, 32
     batch = tp.make_batch(T, H, W, seed=5)
@@ -103,9 +101,9 @@ def test_check_catches_a_read_of_a_poisoned_slot():
         named[batch["indices"][t, :batch["lens"][t]].long()] = True
     assert batch["inv_scale"][~named].isnan().all() and batch["inv_scale"][named].isfinite().all()
     assert (batch["kv_cache"].view(num_slots, -1)[~named] == tp.E4M3_NAN).all()
-    reference, baseline = run_all_heads(batch), tp.bf16_pipeline(batch)
+    reference, baseline = run_heads(batch, range(H)), tp.bf16_pipeline(batch)
     batch["indices"][2, 0] = (~named).nonzero()[0, 0].item()   # an entry on a poisoned slot
-    err, tol = tp.check_shard(run_all_heads(batch), reference, baseline)
+    err, tol = tp.check_shard(run_heads(batch, range(H)), reference, baseline)
     assert not err <= tol
 
 
