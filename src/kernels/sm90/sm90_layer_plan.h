@@ -83,9 +83,9 @@ static_assert(kLayerSmemBytes == kSmemBytes, "the worst case named above");
 static_assert(every_layout_fits<LayerSmemPlan, LayerSmemSync>(), "smem_layout_of must fit every 16-aligned base");
 
 // Registers after setmaxnreg, within the 3 x 168 the launch gives (sm90_plan.h): 2 x 216 + 72 =
-// 504. ptxas (CUDA 13.0) compiles the consumers without spills from 208 registers up; the producer
-// warpgroup fits 72 with its kModel1 path only at the unroll counts sm90_layer_producer.cuh uses
-// (its seed-only build fit 56); the window kernel's 200 / 104 spills the consumers.
+// 504. ptxas (CUDA 13.0) spills the v2 consumers (subtiles from a two-stage ring) 16 B at 208
+// (v1's compiled from 208 up); the producer warpgroup fits 72 with its kModel1 path only at the
+// unroll counts sm90_layer_producer.cuh uses; the window kernel's 200 / 104 spills the consumers.
 inline constexpr uint32_t kLayerProducerRegisters = 72;
 inline constexpr uint32_t kLayerConsumerRegisters = 216;
 static_assert(2 * kLayerConsumerRegisters + kLayerProducerRegisters <= 3 * kLaunchRegisters,
