@@ -58,7 +58,6 @@ struct Subtile {
   const KvSourceParams* src;
   const uint32_t* row_offset;  // the record's first entry of this subtile
   int count;                   // 1..kSubtileKeys valid keys; the rest of the stage is zero-filled
-  bool model1;
 };
 
 // kModel1: the scale row of the row at `row_offset_16` (16-byte units from src.kv_cache): a row at
@@ -146,9 +145,6 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
   }
 }
 
-// The part of a subtile's copies that may run while the consumers still use its stage: whole seed
-// rows, or kModel1's e4m3 bytes and scale rows. Keys past count are zero-filled, so that they
-// enter S and O as zeros (the consumers mask their scores; 0 * stale data could be NaN).
 // The first kChunks 16-byte pieces of each of the subtile's rows into staging, zero-filled past count.
 template <int kChunks, int kUnroll>
 __device__ __forceinline__ void issue_row_pieces(const Subtile& u, LayerSmemPlan& smem, int tid) {
@@ -163,16 +159,18 @@ __device__ __forceinline__ void issue_row_pieces(const Subtile& u, LayerSmemPlan
   }
 }
 
+// The part of a subtile's copies that may run while the consumers still use its stage: whole seed
+// rows, or kModel1's e4m3 bytes and scale rows. Keys past count are zero-filled, so that they
+// enter S and O as zeros (the consumers mask their scores; 0 * stale data could be NaN).
 __device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmemPlan& smem, int tid) {
-  const uint8_t* kv_cache = u.src->kv_cache;
-  if (!u.model1) {
+  if (!u.src->is_model1) {
     issue_row_pieces<kStagingChunks, 4>(u, smem, tid);
   } else {
     issue_row_pieces<kModel1E4m3Chunks, 2>(u, smem, tid);  // two pieces a round, as the build measured on the H200
     static_assert(kSubtileKeys <= kGatherThreads, "one scale row per thread");
     if (tid < kSubtileKeys) {
       const bool valid = tid < u.count;
-      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[tid]) : kv_cache;
+      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[tid]) : u.src->kv_cache;
       ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(smem, tid, kModel1E4m3Chunks)), src,
                                              valid ? kModel1ScaleRowBytes : 0u);
     }
@@ -255,8 +253,7 @@ struct GatherCursor {
 __device__ __forceinline__ Subtile subtile_at(const DecodeParams& p, const LayerSmemPlan& smem, LayerSmemSync& sync,
                                               const GatherCursor& at) {
   const KvSourceParams& src = sync.record[at.meta.index].from_extra ? p.extra : p.window;
-  return Subtile{&src, smem.row_offset[at.meta.index] + at.first_key, min(at.num_valid - at.first_key, kSubtileKeys),
-                 src.is_model1 != 0};
+  return Subtile{&src, smem.row_offset[at.meta.index] + at.first_key, min(at.num_valid - at.first_key, kSubtileKeys)};
 }
 
 // Per subtile: its gather (issued as soon as staging is free, a stage ahead of the consumers)
@@ -276,14 +273,15 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
     ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // consumers are done with the stage
-    if (u.model1) {
+    const bool model1 = u.src->is_model1 != 0;
+    if (model1) {
       issue_rope_copy(u, smem, kv.index, tid);
       ptx::cp_async_wait<1>();
     } else {
       ptx::cp_async_wait<0>();
     }
     ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging holds the whole subtile
-    if (u.model1) {
+    if (model1) {
       dequantize_subtile<true>(smem, kv.index, tid);
       ptx::cp_async_wait<0>();  // the RoPE values
     } else {

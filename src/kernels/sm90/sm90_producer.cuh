@@ -25,10 +25,9 @@ __device__ __forceinline__ const uint8_t* row_address(const uint8_t* kv_cache, u
 
 // cp.async of one 256-dim half of the first num_valid rows that row_offset lists (16-byte units
 // from kv_cache) into the staging buffer; the keys past num_valid are zero-filled, so that they
-// enter S and O as zeros. Plan: SmemPlan or LayerSmemPlan (the same staging).
-template <typename Plan>
+// enter S and O as zeros.
 __device__ __forceinline__ void issue_rows_half_gather(const uint8_t* kv_cache, const uint32_t* row_offset,
-                                                       int num_valid, Plan& smem, int half, int tid) {
+                                                       int num_valid, SmemPlan& smem, int half, int tid) {
 #pragma unroll 4
   for (int piece = tid; piece < kKeys * kChunksPerHalfRow; piece += kGatherThreads) {
     const int key = piece / kChunksPerHalfRow;
@@ -47,9 +46,7 @@ __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPla
 
 // Units of (key, 32-dim group), keys fastest: the 8 threads of a quarter-warp take 8 consecutive
 // keys of one group, so both the staging reads and the swizzled tile writes hit 8 different banks.
-// Plan: SmemPlan or LayerSmemPlan (the same staging and K/V tile).
-template <typename Plan>
-__device__ __forceinline__ void dequantize_half(Plan& smem, int half, int tid) {
+__device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int tid) {
   constexpr int kGroups = kHalfDims / 32;
 #pragma unroll 2
   for (int unit = tid; unit < kKeys * kGroups; unit += kGatherThreads) {
