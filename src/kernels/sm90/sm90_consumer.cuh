@@ -55,6 +55,28 @@ __device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int quad_lane) 
   }
 }
 
+// Row r (0: the fragment's head_lo, 1: head_hi = `head`) of one 256-dim half of out from O's
+// accumulators (o[4 n + 2 r + e]: n8 block n, element e), times out_factor, as bf16: lane q of the
+// quad gets dims 32 group + 8q .. + 7 after a quad transpose, so each store is 16 bytes. Heads
+// past num_heads are computed and not stored. Both Hopper kernels store out this way.
+__device__ __forceinline__ void store_out_row_half(const DecodeParams& p, const float (&o)[128], int r,
+                                                   float out_factor, int token, int head, int half, int frag_quad) {
+  __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + half * kHalfDims;
+#pragma unroll
+  for (int group = 0; group < kHalfDims / 32; ++group) {
+    uint32_t pairs[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int block = 4 * group + j;
+      pairs[j] = pack_bf16x2(o[4 * block + 2 * r] * out_factor, o[4 * block + 2 * r + 1] * out_factor);
+    }
+    transpose_quad(pairs, frag_quad);
+    if (head < p.num_heads) {
+      ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
+    }
+  }
+}
+
 // The softmax of one S fragment (m64nN: kAccumulators = N / 2 scores per lane, keys 8 i + 2 q + e
 // of rows head_lo (s[4 i + e]) and head_hi (s[4 i + 2 + e])), in two steps around the row max.
 // First the scores in the log2 domain: x = s * scale * log2(e) * inv_scale[key], -inf for keys past
@@ -189,22 +211,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
 
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int head = r == 0 ? head_lo : head_hi;
-        __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + half * kHalfDims;
-#pragma unroll
-        for (int group = 0; group < kHalfDims / 32; ++group) {
-          uint32_t pairs[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int block = 4 * group + j;
-            pairs[j] = pack_bf16x2(o[4 * block + 2 * r] * fin[r].out_factor, o[4 * block + 2 * r + 1] * fin[r].out_factor);
-          }
-          transpose_quad(pairs, frag_quad);
-          // Lane q now holds dims 32 group + 8q .. + 7 of this row: one 16-byte store.
-          if (head < p.num_heads) {
-            ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
-          }
-        }
+        store_out_row_half(p, o, r, fin[r].out_factor, token, r == 0 ? head_lo : head_hi, half, frag_quad);
       }
     }
   }

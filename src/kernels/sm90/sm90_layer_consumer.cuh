@@ -172,21 +172,7 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int head = r == 0 ? head_lo : head_hi;
-      __nv_bfloat16* out_row = p.out + token * p.stride_out_token + head * p.stride_out_head + half * kHalfDims;
-#pragma unroll
-      for (int group = 0; group < kHalfDims / 32; ++group) {
-        uint32_t pairs[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float* pair = &o[4 * (4 * group + j) + 2 * r];
-          pairs[j] = pack_bf16x2(pair[0] * fin[r].out_factor, pair[1] * fin[r].out_factor);
-        }
-        transpose_quad(pairs, frag_quad);  // lane q: dims 32 group + 8q .. + 7 of this row
-        if (head < p.num_heads) {
-          ptx::st_global_v4(out_row + group * 32 + 8 * frag_quad, make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
-        }
-      }
+      store_out_row_half(p, o, r, fin[r].out_factor, token, r == 0 ? head_lo : head_hi, half, frag_quad);
     }
   }
 }
