@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "src/common/window_rule.h"
+#include "src/reference/reference.h"
 #include "testing/strides.h"
 
 namespace swa_decode::testing {
@@ -204,6 +205,34 @@ DecodeArgs HostProblem::args() {
   a.lse = lse_.data();
   a.out = out_.data();
   return a;
+}
+
+std::vector<double> host_row_values(const DecodeArgs& a, Source source, int64_t slot) {
+  const bool extra = source == Source::kExtra;
+  const KvFormat format = extra ? a.extra.format : a.kv_format;
+  const int64_t block_size = extra ? a.extra.block_size : a.block_size;
+  const int64_t head_dim = a.head_dim;
+  const uint8_t* block = static_cast<const uint8_t*>(extra ? a.extra.kv_cache : a.kv_cache) +
+                         slot / block_size * (extra ? a.extra.stride_kv_block : a.stride_kv_block);
+  const uint8_t* row = block + slot % block_size * (extra ? a.extra.stride_kv_token : a.stride_kv_token);
+  std::vector<double> k(static_cast<size_t>(head_dim));
+  if (format == KvFormat::kModel1) {
+    const uint8_t* scales = block + block_size * kModel1RowBytes + slot % block_size * kModel1ScaleRowBytes;
+    for (int64_t d = 0; d < kModel1E4m3Dims; ++d) {
+      k[d] = reference::decode_e4m3(row[d]) * reference::decode_ue8m0(scales[d / 64]);
+    }
+    for (int64_t i = 0; i < head_dim - kModel1E4m3Dims; ++i) {
+      const uint8_t* bytes = row + kModel1E4m3Dims + 2 * i;  // little-endian bf16
+      k[kModel1E4m3Dims + i] = reference::bf16_to_float(static_cast<uint16_t>(bytes[0] | (bytes[1] << 8)));
+    }
+    return k;
+  }
+  const void* inv_scale = extra ? a.extra.inv_scale : a.inv_scale;
+  const DType dtype = extra ? a.extra.inv_scale_dtype : a.inv_scale_dtype;
+  const double scale = dtype == DType::kFloat32 ? static_cast<const float*>(inv_scale)[slot]
+                                                : reference::bf16_to_float(static_cast<const uint16_t*>(inv_scale)[slot]);
+  for (int64_t d = 0; d < head_dim; ++d) k[d] = reference::decode_e4m3(row[d]) * scale;
+  return k;
 }
 
 }  // namespace swa_decode::testing

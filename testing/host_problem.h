@@ -65,6 +65,12 @@ struct ProblemShape {
 // to the window.
 enum class Source { kWindow, kExtra };
 
+// The head_dim values of `slot`'s row in `source` of `a`, whose tensors are in host memory (a
+// HostProblem's args()), decoded as docs/semantics.md reads them: kE4m3 codes times the slot's
+// inverse scale; kModel1 codes times 2^(scale - 127), then the bf16 RoPE values. The tests' own
+// reading of a row (tolerance scales, exact expectations), apart from the reference's.
+std::vector<double> host_row_values(const DecodeArgs& a, Source source, int64_t slot);
+
 class HostProblem {
  public:
   HostProblem(const ProblemShape& shape, uint64_t seed);

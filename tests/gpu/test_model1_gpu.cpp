@@ -109,32 +109,6 @@ st::ProblemShape shape_of(const CaseSpec& c) {
 
 // ---- Rows ----
 
-// The 512 values of `slot`'s row in `source`, decoded from the problem's bytes as the spec reads
-// them (kModel1: e4m3 * 2^(scale - 127), then the bf16 RoPE values; kE4m3: e4m3 * inv_scale).
-std::vector<double> row_values(st::HostProblem& p, const DecodeArgs& a, Source source, int64_t slot) {
-  const bool extra = source == Source::kExtra;
-  const KvFormat format = extra ? a.extra.format : a.kv_format;
-  const uint8_t* row = p.row(slot, source);
-  std::vector<double> k(static_cast<size_t>(kHeadDim));
-  if (format == KvFormat::kModel1) {
-    const uint8_t* scales = p.model1_scales(slot, source);
-    for (int64_t d = 0; d < kE4m3Dims; ++d) {
-      k[d] = ref::decode_e4m3(row[d]) * ref::decode_ue8m0(scales[d / 64]);
-    }
-    for (int64_t i = 0; i < kRopeDims; ++i) {
-      k[kE4m3Dims + i] = ref::bf16_to_float(
-          static_cast<uint16_t>(row[kE4m3Dims + 2 * i] | (row[kE4m3Dims + 2 * i + 1] << 8)));
-    }
-    return k;
-  }
-  const void* inv_scale = extra ? a.extra.inv_scale : a.inv_scale;
-  const DType dtype = extra ? a.extra.inv_scale_dtype : a.inv_scale_dtype;
-  const double scale = dtype == DType::kFloat32 ? static_cast<const float*>(inv_scale)[slot]
-                                                : ref::bf16_to_float(static_cast<const uint16_t*>(inv_scale)[slot]);
-  for (int64_t d = 0; d < kHeadDim; ++d) k[d] = ref::decode_e4m3(row[d]) * scale;
-  return k;
-}
-
 // ---- Building a case token by token ----
 
 // Fills a case's ids and lengths and gives every slot a valid entry names a row. Per token and
@@ -253,7 +227,7 @@ std::vector<double> token_kmax(st::HostProblem& p) {
       for (int64_t c = 0; c < columns; ++c) {
         const int64_t slot = read_int(src.indices, src.index_dtype, t * src.stride_indices_token + c);
         if (!swa_decode::slot_is_valid(slot, src.num_blocks * src.block_size)) continue;
-        for (const double v : row_values(p, a, source, slot)) kmax[t] = std::max(kmax[t], std::fabs(v));
+        for (const double v : st::host_row_values(a, source, slot)) kmax[t] = std::max(kmax[t], std::fabs(v));
       }
     }
   };
@@ -563,7 +537,7 @@ ExactRows exact_row_problem(const ExactRowCase& c, int64_t T, int64_t H) {
       for (int64_t d = 0; d < kHeadDim; ++d) p.set_q(t, h, d, 0.0f);
     }
     std::vector<uint16_t> bits(static_cast<size_t>(kHeadDim));
-    const std::vector<double> k = row_values(p, p.args(), source, slot);
+    const std::vector<double> k = st::host_row_values(p.args(), source, slot);
     for (int64_t d = 0; d < kHeadDim; ++d) bits[d] = ref::double_to_bf16(0.0 + k[d]);
     rows.expected.push_back(std::move(bits));
   }

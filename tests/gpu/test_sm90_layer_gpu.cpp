@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -278,8 +277,9 @@ std::map<int64_t, TokenReference> reference_of(const DecodeArgs& a, const std::v
 
 // Largest |dequantized k| over token t's valid entries of both sources (0 for an empty token):
 // the tolerance's scale (testing/check.h, Tolerance).
+// s is the source's part of `host` (host itself for the window, host.extra for the extra source).
 template <class Src>
-double source_kmax(const Src& s, swa_decode::KvFormat format, int64_t limit, int64_t t, int64_t head_dim) {
+double source_kmax(const DecodeArgs& host, const Src& s, Source source, int64_t limit, int64_t t) {
   const auto read_int = [](const void* base, DType dtype, int64_t i) {
     return dtype == DType::kInt64 ? static_cast<const int64_t*>(base)[i] : static_cast<const int32_t*>(base)[i];
   };
@@ -289,30 +289,7 @@ double source_kmax(const Src& s, swa_decode::KvFormat format, int64_t limit, int
   for (int64_t c = 0; c < columns; ++c) {
     const int64_t slot = read_int(s.indices, s.index_dtype, t * s.stride_indices_token + c);
     if (!swa_decode::slot_is_valid(slot, num_slots)) continue;
-    const uint8_t* block = static_cast<const uint8_t*>(s.kv_cache) + slot / s.block_size * s.stride_kv_block;
-    const uint8_t* row = block + slot % s.block_size * s.stride_kv_token;
-    if (format == swa_decode::KvFormat::kModel1) {  // docs/semantics.md, "Row formats"
-      const uint8_t* scales = block + s.block_size * swa_decode::kModel1RowBytes +
-                              slot % s.block_size * swa_decode::kModel1ScaleRowBytes;
-      for (int64_t d = 0; d < head_dim; ++d) {
-        double value = 0.0;
-        if (d < swa_decode::kModel1E4m3Dims) {
-          value = swa_decode::reference::decode_e4m3(row[d]) * swa_decode::reference::decode_ue8m0(scales[d / 64]);
-        } else {
-          uint16_t bits = 0;
-          std::memcpy(&bits, row + swa_decode::kModel1E4m3Dims + 2 * (d - swa_decode::kModel1E4m3Dims), 2);
-          value = swa_decode::reference::bf16_to_float(bits);
-        }
-        kmax = std::max(kmax, std::fabs(value));
-      }
-      continue;
-    }
-    const double scale = s.inv_scale_dtype == DType::kFloat32
-                             ? static_cast<const float*>(s.inv_scale)[slot]
-                             : swa_decode::reference::bf16_to_float(static_cast<const uint16_t*>(s.inv_scale)[slot]);
-    for (int64_t d = 0; d < head_dim; ++d) {
-      kmax = std::max(kmax, std::fabs(swa_decode::reference::decode_e4m3(row[d]) * scale));
-    }
+    for (const double v : st::host_row_values(host, source, slot)) kmax = std::max(kmax, std::fabs(v));
   }
   return kmax;
 }
@@ -348,8 +325,8 @@ Report check(const LayerCase& c, const DecodeArgs& host, const std::vector<uint1
   Report r;
   r.compared_tokens = static_cast<int64_t>(tokens.size());
   for (int64_t t : tokens) {
-    const double kmax = std::max(source_kmax(host, host.kv_format, host.window_size, t, D),
-                                 source_kmax(host.extra, host.extra.format, host.extra.max_entries, t, D));
+    const double kmax = std::max(source_kmax(host, host, Source::kWindow, host.window_size, t),
+                                 source_kmax(host, host.extra, Source::kExtra, host.extra.max_entries, t));
     const TokenReference& ref = refs.at(t);
     for (int64_t h = 0; h < H; ++h) {
       if (nan_head(h)) continue;
