@@ -16,6 +16,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
+// threadIdx.x, read anew where it is called: the compiler may not hoist a volatile asm out of a
+// loop, so the addresses a loop body derives from it are recomputed per iteration instead of held
+// in registers across the whole loop (the sm90 layer kernel's producer, which runs on 72).
+// "Special Registers: %tid".
+__device__ __forceinline__ int thread_index_x_unhoisted() {
+  uint32_t tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return static_cast<int>(tid);
+}
+
 // 16-byte global -> shared copy that bypasses L1 (each cache row is read once per CTA).
 // src_bytes == 0 writes 16 zero bytes and reads nothing: masked rows can never inject NaN.
 // "Data Movement and Conversion Instructions: cp.async".

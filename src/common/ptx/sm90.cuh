@@ -152,6 +152,38 @@ __device__ __forceinline__ float2 load_cluster_f32x2(uint32_t address) {
   asm("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
   return v;
 }
+// The layer kernel's CTA pairs (sm90_layer_plan.h, LayerPair) hand each other halves of K/V stages:
+// a plain store to the peer's shared memory, a proxy fence that orders it (and this CTA's own
+// stores) before the peer's wgmma reads them, a release arrive on the peer's barrier and, on the
+// reading side, an acquire wait at cluster scope.
+// "Data Movement and Conversion Instructions: st" (.shared::cluster).
+__device__ __forceinline__ void store_cluster_u32x4(uint32_t address, const uint4& v) {
+  asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+// "Parallel Synchronization and Communication Instructions: membar / fence" (fence.proxy.async).
+__device__ __forceinline__ void fence_proxy_async_cluster() {
+  asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");
+}
+// `bar` is a shared::cluster address (cluster_address): the barrier of another CTA, or this one's.
+// "Parallel Synchronization and Communication Instructions: mbarrier.arrive".
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// mbarrier_wait whose acquire also covers what other CTAs of the cluster released into the phase.
+// "Parallel Synchronization and Communication Instructions: mbarrier.test_wait / mbarrier.try_wait".
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_LOOP;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
 #else
 __device__ __forceinline__ int cluster_rank() { __trap(); }
 __device__ __forceinline__ int cluster_size() { __trap(); }
@@ -160,6 +192,10 @@ __device__ __forceinline__ void cluster_barrier_relaxed() { __trap(); }
 __device__ __forceinline__ uint32_t cluster_address(uint32_t, int) { __trap(); }
 __device__ __forceinline__ float4 load_cluster_f32x4(uint32_t) { __trap(); }
 __device__ __forceinline__ float2 load_cluster_f32x2(uint32_t) { __trap(); }
+__device__ __forceinline__ void store_cluster_u32x4(uint32_t, const uint4&) { __trap(); }
+__device__ __forceinline__ void fence_proxy_async_cluster() { __trap(); }
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t) { __trap(); }
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t*, uint32_t) { __trap(); }
 #endif
 
 }  // namespace swa_decode::ptx

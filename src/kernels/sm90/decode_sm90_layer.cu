@@ -5,18 +5,40 @@
 
 namespace swa_decode {
 
+namespace {
+
+template <int kCtasPerToken>
+cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q_map, int ctas, cudaStream_t stream) {
+  const auto kernel = sm90::decode_sm90_layer_kernel<kCtasPerToken>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kLayerSmemBytes);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(sm90::kThreads);
+  config.dynamicSmemBytes = sm90::kLayerSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {static_cast<unsigned>(kCtasPerToken), 1, 1};
+  config.attrs = &cluster;
+  config.numAttrs = kCtasPerToken > 1 ? 1 : 0;  // H <= 64 launches as before, without a cluster
+  return cudaLaunchKernelEx(&config, kernel, params, q_map);
+}
+
+}  // namespace
+
 cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, cudaStream_t stream) {
   CUtensorMap q_map;
   cudaError_t err = sm90::encode_q_map(params, &q_map);
   if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(sm90::decode_sm90_layer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             sm90::kLayerSmemBytes);
-  if (err != cudaSuccess) return err;
-  // sm90_record.cpp keeps num_tokens * slabs within int32.
-  const int items = params.num_tokens * sm90::layer_slabs(params.num_heads);
-  const int ctas = items < persistent_ctas ? items : persistent_ctas;
-  sm90::decode_sm90_layer_kernel<<<ctas, sm90::kThreads, sm90::kLayerSmemBytes, stream>>>(params, q_map);
-  return cudaGetLastError();
+  // sm90_record.cpp keeps num_tokens * slabs within int32. A pair's two CTAs take items 2 t and
+  // 2 t + 1 (its cluster ranks) only if the grid is even: an odd SM count leaves one SM idle.
+  const int slabs = sm90::layer_slabs(params.num_heads);
+  const int items = params.num_tokens * slabs;
+  const int most = slabs == 2 ? persistent_ctas & ~1 : persistent_ctas;
+  const int ctas = items < most ? items : most;
+  return slabs == 2 ? launch_layer_kernel<2>(params, q_map, ctas, stream)
+                    : launch_layer_kernel<1>(params, q_map, ctas, stream);
 }
 
 }  // namespace swa_decode

@@ -40,9 +40,13 @@
 
 namespace swa_decode::sm90 {
 
+// kCtasPerToken 2 (H > 64): launched in clusters of two CTAs, a LayerPair; 1: no cluster.
+template <int kCtasPerToken>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_sm90_layer_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Pair = LayerPair<kCtasPerToken>;
+  const int rank = Pair::kCtas == 2 ? ptx::cluster_rank() : 0;
   const PlacedSmem<LayerSmemPlan, LayerSmemSync> placed = place_smem<LayerSmemPlan, LayerSmemSync>();
   LayerSmemPlan& smem = placed.plan;
   LayerSmemSync& sync = placed.sync;
@@ -53,8 +57,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(&sync.q_empty[c], kConsumerThreads);
     }
     for (int stage = 0; stage < kKvStages; ++stage) {
-      ptx::mbarrier_init(&sync.kv_full[stage], kGatherThreads);
-      ptx::mbarrier_init(&sync.kv_empty[stage], kConsumerThreads);
+      ptx::mbarrier_init(&sync.kv_full[stage], Pair::kKvFullArrivals);
+      ptx::mbarrier_init(&sync.kv_empty[stage], Pair::kKvEmptyArrivals);
     }
     for (int m = 0; m < 2; ++m) {
       ptx::mbarrier_init(&sync.meta_full[m], kCompactThreads);
@@ -62,20 +66,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::fence_barrier_init();
   }
-  __syncthreads();
+  // A pair's CTAs arrive on each other's barriers: both must have initialized theirs.
+  if constexpr (Pair::kCtas == 2) {
+    ptx::cluster_barrier();
+  } else {
+    __syncthreads();
+  }
 
   const int wg = threadIdx.x / kWarpgroupThreads;
   if (wg == 0) {
     ptx::setmaxnreg_dec<kLayerProducerRegisters>();
     if (threadIdx.x < kGatherThreads) {
-      run_layer_gather_warps(p, smem, sync);
+      run_layer_gather_warps<Pair>(p, smem, sync, rank);
     } else {
-      run_layer_compaction_warp(p, q_map, smem, sync);
+      run_layer_compaction_warp<Pair>(p, q_map, smem, sync, rank);
     }
   } else {
     ptx::setmaxnreg_inc<kLayerConsumerRegisters>();
-    run_layer_consumer(p, smem, sync, wg - 1);
+    run_layer_consumer<Pair>(p, smem, sync, wg - 1, rank);
   }
+  // Neither CTA of a pair leaves while the other may still store into its stages or arrive on its
+  // barriers (the last subtile's kv_empty arrivals are never waited for).
+  if constexpr (Pair::kCtas == 2) ptx::cluster_barrier();
 #endif
 }
 

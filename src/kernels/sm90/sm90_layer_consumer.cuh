@@ -45,9 +45,11 @@ __device__ __forceinline__ void subtile_softmax(float (&s)[kSubtileKeys / 2], co
 
 // Both consumer warpgroups hold the item's 64 heads: each computes a subtile's S (duplicated) and
 // owns one 256-dim half of O (wg 0: dims 0-255), whose 128 fp32 accumulators live across the
-// item's tiles. Consumer 0 writes lse.
+// item's tiles. Consumer 0 writes lse. In a pair (LayerPair), half of every stage comes from the
+// peer CTA's gather warps, and the peer's gather warps wait for these consumers too.
+template <class Pair>
 __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
-                                                   int wg) {
+                                                   int wg, int rank) {
   const int wtid = threadIdx.x % kWarpgroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
@@ -97,7 +99,11 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
 #pragma unroll
         for (int i = 0; i < kSubtileKeys / 2; ++i) s[i] = 0.0f;
         fence_accumulators(s);
-        ptx::mbarrier_wait(&sync.kv_full[kv.index], kv.phase);
+        if constexpr (Pair::kCtas == 2) {
+          ptx::mbarrier_wait_cluster(&sync.kv_full[kv.index], kv.phase);
+        } else {
+          ptx::mbarrier_wait(&sync.kv_full[kv.index], kv.phase);
+        }
 #pragma unroll
         for (int c = 0; c < kQChunks; ++c) {
           ptx::mbarrier_wait(&sync.q_full[c], q.phase);  // returns at once after the item's first subtile
@@ -139,6 +145,9 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
         cute::warpgroup_wait<0>();
         fence_accumulators(o);
         ptx::mbarrier_arrive(&sync.kv_empty[kv.index]);
+        if constexpr (Pair::kCtas == 2) {
+          ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(&sync.kv_empty[kv.index]), rank ^ 1));
+        }
         kv.advance();
         o_started = true;
       }

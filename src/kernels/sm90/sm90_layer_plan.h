@@ -25,6 +25,23 @@ constexpr int layer_slabs(int num_heads) { return num_heads > kSlabHeads ? 2 : 1
 inline constexpr int kSubtileKeys = kKeys / 2;
 inline constexpr int kKvStages = 2;
 
+// Two slabs run as a pair: the two CTAs of a cluster, one slab each, take the same items' tokens
+// (item = 2 token + cluster rank, with an even grid) and split every subtile's gather and
+// dequantization, each CTA writing its 32 keys into its own stage and the peer's. v2 (one CTA per
+// item) was bound by its gather warps at ~4.6 us a subtile (docs/perf-notes.md): a pair halves
+// that work per CTA and reads each row once from HBM instead of once more from L2. kCtas is 1 for
+// H <= 64, where nothing is shared.
+template <int kCtasPerToken>
+struct LayerPair {
+  static_assert(kCtasPerToken == 1 || kCtasPerToken == 2, "one slab or a pair");
+  static constexpr int kCtas = kCtasPerToken;
+  static constexpr int kGatherKeys = kSubtileKeys / kCtas;  // keys of each subtile this CTA gathers
+  // A stage is full once both CTAs' gather warps wrote their keys, and free once both CTAs'
+  // consumers are done with it (each gather writes both CTAs' stages).
+  static constexpr uint32_t kKvFullArrivals = kCtas * kGatherThreads;
+  static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
+};
+
 // The layer kernel's K/V ring and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
 // consumers' 4-stage q rings (2 x 4 x 8 KiB) turned into the item's whole q (8 x 8 KiB).
 struct LayerSmemPlan {
@@ -56,8 +73,10 @@ struct TileRecord {
 // in the alignment gap before it. Arrival counts (decode_sm90_layer.cuh initializes them):
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
 //   q_empty[c]    kConsumerThreads: each after the item's last wgmma that read chunk c
-//   kv_full[s]    kGatherThreads: each after dequantizing its share of stage s
-//   kv_empty[s]   kConsumerThreads: each after its PV on stage s (its last wgmma that reads it)
+//   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
+//                 share of stage s
+//   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
+//                 stage s (its last wgmma that reads it)
 //   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written
 //   meta_empty[b] kConsumerThreads + kGatherThreads: the consumers read the scales, the gather warps
 //                 the row offsets (and everyone the record)

@@ -47,10 +47,13 @@ inline constexpr int kModel1E4m3Chunks = kModel1E4m3Dims / 16;  // 28; piece 28 
 inline constexpr int kModel1RopeChunks = (kHeadDim - kModel1E4m3Dims) * 2 / 16;  // 8: one 64-dim block
 
 // Where piece `chunk` of staged row `key` lies: 16-byte chunks XOR-swizzled by key % 8, so the 8
-// threads of a quarter-warp reading 8 consecutive keys hit 8 different bank groups.
-__device__ __forceinline__ uint8_t* staged_piece(LayerSmemPlan& smem, int key, int chunk) {
-  return &smem.staging[key][(chunk ^ (key & 7)) * 16];
+// threads of a quarter-warp reading 8 consecutive keys hit 8 different bank groups. `rows` is
+// staging from a multiple of 8 keys on (a pair's CTA counts its keys from its first), so the
+// swizzle of a key counted from there is the same.
+__device__ __forceinline__ uint8_t* staged_piece(uint8_t (*rows)[kHeadDim], int key, int chunk) {
+  return &rows[key][(chunk ^ (key & 7)) * 16];
 }
+static_assert(kSubtileKeys / 2 % 8 == 0, "a pair's second share starts on a multiple of 8 keys");
 
 // The subtile the gather warps are on: keys [first_key, first_key + count) of the record in its
 // meta buffer.
@@ -72,16 +75,25 @@ __device__ __forceinline__ const uint8_t* model1_scale_row(const KvSourceParams&
          static_cast<int64_t>(offset) * kModel1ScaleRowBytes;
 }
 
-// The compaction warp's L2 prefetch of a record's rows (prefetch_rows_l2 for seed rows): a
+// The compaction warp's L2 prefetch of a record's rows (as prefetch_rows_l2 for seed rows): a
 // kModel1 row's 576 bytes start anywhere in a 128-byte line, so its last byte is fetched too, and
-// its scale row lies in the block's footer.
+// its scale row lies in the block's footer. A pair's CTA prefetches the keys it gathers, [rank *
+// 32, rank * 32 + 32) of every subtile.
+template <class Pair>
 __device__ __forceinline__ void prefetch_source_rows_l2(const KvSourceParams& src, const uint32_t* row_offset, int n,
-                                                        int lane) {
+                                                        int lane, int rank) {
+  static_assert(Pair::kGatherKeys % kCompactThreads == 0, "a lane's keys stay in this CTA's share");
+  constexpr int kStep = kCompactThreads * Pair::kCtas;
+  const int first = lane + rank * Pair::kGatherKeys;
   if (!src.is_model1) {
-    prefetch_rows_l2(src.kv_cache, row_offset, n, lane);
+    for (int key = first; key < n; key += kStep) {
+      const uint8_t* row = row_address(src.kv_cache, row_offset[key]);
+#pragma unroll
+      for (int line = 0; line < kHeadDim; line += 128) ptx::prefetch_l2(row + line);
+    }
     return;
   }
-  for (int key = lane; key < n; key += kCompactThreads) {
+  for (int key = first; key < n; key += kStep) {
     const uint8_t* row = row_address(src.kv_cache, row_offset[key]);
 #pragma unroll
     for (int line = 0; line < kModel1RowBytes; line += 128) ptx::prefetch_l2(row + line);
@@ -95,8 +107,9 @@ __device__ __forceinline__ void prefetch_source_rows_l2(const KvSourceParams& sr
 // TileRecord. A tile can hold fewer than 128 entries (holes, ids out of range, the last columns):
 // it is still one tile. An item without index columns gets one empty record, so that the gather
 // warps and the consumers walk the same list.
+template <class Pair>
 __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p, const CUtensorMap& q_map,
-                                                          LayerSmemPlan& smem, LayerSmemSync& sync) {
+                                                          LayerSmemPlan& smem, LayerSmemSync& sync, int rank) {
   const int lane = threadIdx.x % 32;
   const int slabs = layer_slabs(p.num_heads);
   const int num_items = layer_items(p);
@@ -139,39 +152,49 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
       }
       // As in the window kernel: the rows go to L2 now, a tile before they are gathered; only this
       // warp rewrites row_offset[meta.index], two records from now.
-      prefetch_source_rows_l2(src, smem.row_offset[meta.index], n, lane);
+      prefetch_source_rows_l2<Pair>(src, smem.row_offset[meta.index], n, lane, rank);
       meta.advance();
     }
   }
 }
 
-// The first kChunks 16-byte pieces of each of the subtile's rows into staging, zero-filled past count.
-template <int kChunks, int kUnroll>
-__device__ __forceinline__ void issue_row_pieces(const Subtile& u, LayerSmemPlan& smem, int tid) {
+// The first kChunks 16-byte pieces of each of this CTA's rows of the subtile (keys first_key ..
+// first_key + kGatherKeys - 1) into staging, zero-filled past count.
+// Keys are counted from first_key (row_offset, count and the staging rows shifted by it), so that the
+// unrolled loop's addresses are what they were without pairs (a runtime first_key in each of them
+// spilled the producer 24 B at 72 registers).
+template <class Pair, int kChunks, int kUnroll>
+__device__ __forceinline__ void issue_row_pieces(const Subtile& u, LayerSmemPlan& smem, int tid, int first_key) {
   const uint8_t* kv_cache = u.src->kv_cache;
+  const uint32_t* row_offset = u.row_offset + first_key;
+  const int count = u.count - first_key;
+  uint8_t(*rows)[kHeadDim] = smem.staging + first_key;
 #pragma unroll kUnroll
-  for (int piece = tid; piece < kSubtileKeys * kChunks; piece += kGatherThreads) {
+  for (int piece = tid; piece < Pair::kGatherKeys * kChunks; piece += kGatherThreads) {
     const int key = piece / kChunks;
     const int chunk = piece % kChunks;
-    const bool valid = key < u.count;
-    const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + chunk * 16 : kv_cache;
-    ptx::cp_async_16(ptx::smem_addr(staged_piece(smem, key, chunk)), src, valid ? 16u : 0u);
+    const bool valid = key < count;
+    const uint8_t* src = valid ? row_address(kv_cache, row_offset[key]) + chunk * 16 : kv_cache;
+    ptx::cp_async_16(ptx::smem_addr(staged_piece(rows, key, chunk)), src, valid ? 16u : 0u);
   }
 }
 
 // The part of a subtile's copies that may run while the consumers still use its stage: whole seed
 // rows, or kModel1's e4m3 bytes and scale rows. Keys past count are zero-filled, so that they
 // enter S and O as zeros (the consumers mask their scores; 0 * stale data could be NaN).
-__device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmemPlan& smem, int tid) {
+template <class Pair>
+__device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmemPlan& smem, int tid, int first_key) {
   if (!u.src->is_model1) {
-    issue_row_pieces<kStagingChunks, 4>(u, smem, tid);
+    issue_row_pieces<Pair, kStagingChunks, 4>(u, smem, tid, first_key);
   } else {
-    issue_row_pieces<kModel1E4m3Chunks, 2>(u, smem, tid);  // two pieces a round, as the build measured on the H200
-    static_assert(kSubtileKeys <= kGatherThreads, "one scale row per thread");
-    if (tid < kSubtileKeys) {
-      const bool valid = tid < u.count;
-      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[tid]) : u.src->kv_cache;
-      ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(smem, tid, kModel1E4m3Chunks)), src,
+    // two pieces a round, as the build measured on the H200
+    issue_row_pieces<Pair, kModel1E4m3Chunks, 2>(u, smem, tid, first_key);
+    static_assert(Pair::kGatherKeys <= kGatherThreads, "one scale row per thread");
+    if (tid < Pair::kGatherKeys) {
+      const int key = first_key + tid;
+      const bool valid = key < u.count;
+      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[key]) : u.src->kv_cache;
+      ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(smem.staging, key, kModel1E4m3Chunks)), src,
                                              valid ? kModel1ScaleRowBytes : 0u);
     }
   }
@@ -196,21 +219,23 @@ __device__ __forceinline__ void issue_rope_copy(const Subtile& u, LayerSmemPlan&
 // Staging -> bf16 stage, in units of (key, 32-dim group), keys fastest (conflict-free reads of
 // staging and swizzled writes of the tile, as dequantize_half). Seed rows convert exactly and keep
 // their inverse scale for the consumers' scores (fp8_convert.cuh); a kModel1 group is multiplied by
-// its power of two, exactly in bf16 (its 7 scale bytes are staged piece 28).
-template <bool kModel1>
-__device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stage, int tid) {
+// its power of two, exactly in bf16 (its 7 scale bytes are staged piece 28). A pair's CTA converts
+// its keys and writes each chunk into its own stage and the same place of the peer's.
+template <class Pair, bool kModel1>
+__device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stage, int tid, int first_key, int peer) {
   constexpr int kGroups = (kModel1 ? kModel1E4m3Dims : kHeadDim) / 32;
   // One unit at a time: two in flight spill the producer at 72 registers (ptxas, CUDA 13.0).
+  uint8_t(*rows)[kHeadDim] = smem.staging + first_key;  // keys counted from first_key, as issue_row_pieces
 #pragma unroll 1
-  for (int unit = tid; unit < kSubtileKeys * kGroups; unit += kGatherThreads) {
-    const int key = unit % kSubtileKeys;
-    const int group = unit / kSubtileKeys;
-    const uint4 lo = *reinterpret_cast<const uint4*>(staged_piece(smem, key, 2 * group));
-    const uint4 hi = *reinterpret_cast<const uint4*>(staged_piece(smem, key, 2 * group + 1));
+  for (int unit = tid; unit < Pair::kGatherKeys * kGroups; unit += kGatherThreads) {
+    const int key = unit % Pair::kGatherKeys;
+    const int group = unit / Pair::kGatherKeys;
+    const uint4 lo = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group));
+    const uint4 hi = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group + 1));
     const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     float scale = 1.0f;
-    if constexpr (kModel1) scale = ue8m0_to_float(staged_piece(smem, key, kModel1E4m3Chunks)[group / 2]);
-    uint8_t* row = smem.kv[stage][group / 2][key];
+    if constexpr (kModel1) scale = ue8m0_to_float(staged_piece(rows, key, kModel1E4m3Chunks)[group / 2]);
+    uint8_t* row = smem.kv[stage][group / 2][first_key + key];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       uint4 chunk;
@@ -223,6 +248,9 @@ __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stag
       }
       const int position = ((group % 2) * 4 + k) ^ (key & 7);
       *reinterpret_cast<uint4*>(row + position * 16) = chunk;
+      if constexpr (Pair::kCtas == 2) {
+        ptx::store_cluster_u32x4(ptx::cluster_address(ptx::smem_addr(row + position * 16), peer), chunk);
+      }
     }
   }
 }
@@ -259,15 +287,22 @@ __device__ __forceinline__ Subtile subtile_at(const DecodeParams& p, const Layer
 // Per subtile: its gather (issued as soon as staging is free, a stage ahead of the consumers)
 // lands, the stage is free, the stage is written and published; then the next subtile's gather
 // goes out. A subtile's latency thus hides under the consumers' multiply of the previous one.
-__device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync) {
-  const int tid = threadIdx.x;  // 0..95
+// A pair's CTAs walk the same records (the same token's entries) and stages in lockstep: each
+// waits for its kv_empty, which counts both CTAs' consumers, before writing either stage, and
+// arrives on both CTAs' kv_full.
+template <class Pair>
+__device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                       int rank) {
+  const int first_key = rank * Pair::kGatherKeys;
   GatherCursor at{PipeState<2>{}, items_of_this_cta(p), 0, 0};
   PipeState<kKvStages> kv;
   if (!next_layer_tile(sync, at.meta, at.items_left)) return;
   at.num_valid = sync.record[at.meta.index].num_valid;
   for (;;) {
+    const int tid = ptx::thread_index_x_unhoisted();  // 0..95; held across the loop, the addresses
+                                                      // derived from it spilled the producer
     const Subtile u = subtile_at(p, smem, sync, at);
-    issue_subtile_gather(u, smem, tid);
+    issue_subtile_gather<Pair>(u, smem, tid, first_key);
     const bool record_done = at.first_key + kSubtileKeys >= at.num_valid;
     if (record_done) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
@@ -282,14 +317,21 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     }
     ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging holds the whole subtile
     if (model1) {
-      dequantize_subtile<true>(smem, kv.index, tid);
+      dequantize_subtile<Pair, true>(smem, kv.index, tid, first_key, rank ^ 1);
       ptx::cp_async_wait<0>();  // the RoPE values
     } else {
-      dequantize_subtile<false>(smem, kv.index, tid);
+      dequantize_subtile<Pair, false>(smem, kv.index, tid, first_key, rank ^ 1);
     }
-    ptx::fence_proxy_async_shared();
+    if constexpr (Pair::kCtas == 2) {
+      ptx::fence_proxy_async_cluster();  // this thread's stores to both stages, before the wgmmas
+    } else {
+      ptx::fence_proxy_async_shared();
+    }
     ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
     ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
+    if constexpr (Pair::kCtas == 2) {
+      ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(&sync.kv_full[kv.index]), rank ^ 1));
+    }
     kv.advance();
     if (record_done) {
       at.meta.advance();

@@ -20,6 +20,11 @@ inline constexpr int kBlocksPerHalf = kHalfDims / kBlockDims;  // 4
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kThreads = 3 * kWarpgroupThreads;  // WG 0 produces, WG 1 and 2 consume
 inline constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
+// The producer warpgroup: warps 0-2 gather and dequantize, warp 3 compacts. The compaction is three
+// dependent global round trips (length, indices, scales); on its own warp it runs a token ahead
+// instead of sitting between two half refills.
+inline constexpr int kGatherThreads = 96;
+inline constexpr int kCompactThreads = 32;
 // __launch_bounds__(384, 1) gives every thread 168 registers at launch (64,512 per CTA), and
 // setmaxnreg only redistributes those: an increase the CTA's pool cannot cover blocks forever.
 // 2 x 200 + 104 = 504 = 3 x 168.

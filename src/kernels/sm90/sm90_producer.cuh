@@ -13,10 +13,6 @@
 namespace swa_decode::sm90 {
 
 // ---- producer: warps 0-2 gather and dequantize, warp 3 compacts the next token's window ----
-// The compaction is three dependent global round trips (length, indices, scales); on its own warp
-// it runs a token ahead instead of sitting between two half refills.
-inline constexpr int kGatherThreads = 96;
-inline constexpr int kCompactThreads = 32;
 inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
 
 __device__ __forceinline__ const uint8_t* row_address(const uint8_t* kv_cache, uint32_t row_offset_16) {
