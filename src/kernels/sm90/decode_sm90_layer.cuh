@@ -4,12 +4,14 @@
 //
 // Persistent CTAs (one per SM) walk work items blockIdx.x, blockIdx.x + gridDim.x, ...; an item
 // is (token, slab of 64 heads): one per token for H <= 64, two with consecutive ids for H in
-// 65..128 (sm90_layer_plan.h). The window kernel's three warpgroups, with tiles for tokens:
+// 65..128, run by the two CTAs of a cluster (a LayerPair, sm90_layer_plan.h; an even grid makes
+// item 2 t + r cluster rank r's). The window kernel's three warpgroups, with tiles for tokens:
 //  * producer (WG 0): warp 3 compacts the item's valid entries a tile ahead, window first, then
 //    the extra source 128 index columns at a time, each chunk a tile of at most 128 entries
 //    (TileRecord), and loads the item's q by TMA (64 KiB, resident for all its tiles); warps 0-2
 //    gather each tile's rows 64 keys (a subtile) at a time into staging and dequantize them into
-//    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1);
+//    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1). In a
+//    pair each CTA gathers 32 of a subtile's keys and writes them into both CTAs' stages;
 //  * two consumers (WG 1, 2) hold the same 64 heads: each computes a subtile's S = Q K^T (the
 //    duplicate costs the tensor pipe, not the producer) and owns one 256-dim half of O, whose
 //    accumulators live across the tiles of an online softmax (log2 domain); after the item's last
@@ -20,7 +22,9 @@
 //    alternating; every role walks every record, so all three count them alike (PipeState<2>).
 //  * kv_full / kv_empty [stage]: the K/V ring, one use per subtile (PipeState<kKvStages>, advanced
 //    by the gather warps and the consumers per subtile of every record with entries); both
-//    consumers arrive on kv_empty after their PV.
+//    consumers arrive on kv_empty after their PV. In a pair both count both CTAs' threads: the
+//    gather warps of either CTA fill half of each CTA's stage, so a stage is free once both
+//    CTAs' consumers are done with it; neither CTA exits before the other (a cluster barrier).
 //  * q_full / q_empty [chunk]: one use per item that has index columns (PipeState<1>, advanced by
 //    the compaction warp when it loads q and by the consumers after the item); the consumers hand
 //    chunk c back during the last subtile's S, or after waiting for it when no tile had an entry.

@@ -12,8 +12,7 @@
 namespace swa_decode::sm90 {
 
 // A work item is (token, slab of kSlabHeads heads): H <= 64 makes one per token, H in 65..128 two,
-// with consecutive ids, so that a token's two slabs run on neighbouring CTAs at the same time and
-// read its rows once from HBM and once more from L2.
+// with consecutive ids, which the two CTAs of a LayerPair run together.
 constexpr int layer_slabs(int num_heads) { return num_heads > kSlabHeads ? 2 : 1; }
 
 // The consumers take the entries in subtiles of 64 keys: S of 64 keys is 32 fp32 registers on top
@@ -28,9 +27,10 @@ inline constexpr int kKvStages = 2;
 // Two slabs run as a pair: the two CTAs of a cluster, one slab each, take the same items' tokens
 // (item = 2 token + cluster rank, with an even grid) and split every subtile's gather and
 // dequantization, each CTA writing its 32 keys into its own stage and the peer's. v2 (one CTA per
-// item) was bound by its gather warps at ~4.6 us a subtile (docs/perf-notes.md): a pair halves
-// that work per CTA and reads each row once from HBM instead of once more from L2. kCtas is 1 for
-// H <= 64, where nothing is shared.
+// item) was bound by its gather warps at ~4.6 us a subtile (docs/perf-notes.md); a pair halves
+// that work per CTA and reads each row once from HBM instead of once more from L2, but measured
+// 1-5% faster, not the 1.4x predicted (perf-notes, v4). kCtas is 1 for H <= 64, where nothing is
+// shared.
 template <int kCtasPerToken>
 struct LayerPair {
   static_assert(kCtasPerToken == 1 || kCtasPerToken == 2, "one slab or a pair");
