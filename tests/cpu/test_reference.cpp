@@ -809,19 +809,6 @@ TEST(ReferenceExtra, ExtraColumnsPastItsLimitAndIdsPastItsSlotsAreNeverRead) {
 // ---------------------------------------------------------------------------------------------
 // Lengths ("Valid entries"): one lens entry for lens_rows_per_entry consecutive tokens, or no lens
 
-// One source's lengths, one per token or one per group of tokens, in the source's lens dtype.
-struct Lengths {
-  std::vector<int32_t> narrow;
-  std::vector<int64_t> wide;
-  void push_back(int64_t len) {
-    narrow.push_back(static_cast<int32_t>(len));
-    wide.push_back(len);
-  }
-  const void* data(DType dtype) const {
-    return dtype == DType::kInt64 ? static_cast<const void*>(wide.data()) : static_cast<const void*>(narrow.data());
-  }
-};
-
 TEST(ReferenceLens, OneLengthPerGroupOfTokensIsTheLengthOfEachOfThem) {
   // T = 12 tokens, the window's lengths shared by groups of n_w and the extra source's by groups of
   // n_x. Consecutive groups get different lengths (-1, 0, 1, limit - 1, limit, limit + 1 in turn),
@@ -844,22 +831,13 @@ TEST(ReferenceLens, OneLengthPerGroupOfTokensIsTheLengthOfEachOfThem) {
                              .real_slots = S_x - 1, .poisoned_slot = S_x - 1, .past_id = S_x + 3};
       const std::vector<int64_t> window_kinds = {W, -1, 0, 1, W - 1, W + 1};
       const std::vector<int64_t> extra_kinds = {X - 1, X, 1, -1, X + 1, 0};
-      Lengths window_groups, extra_groups;
       for (int64_t t = 0; t < shape.num_tokens; ++t) {
-        const int64_t len_w = window_kinds[(t / n_w) % window_kinds.size()];
-        const int64_t len_x = extra_kinds[(t / n_x) % extra_kinds.size()];
-        if (t % n_w == 0) window_groups.push_back(len_w);
-        if (t % n_x == 0) extra_groups.push_back(len_x);
-        draw_columns(p, window, t, len_w);  // the per-token lengths args() carries
-        draw_columns(p, extra, t, len_x);
+        draw_columns(p, window, t, window_kinds[(t / n_w) % window_kinds.size()]);
+        draw_columns(p, extra, t, extra_kinds[(t / n_x) % extra_kinds.size()]);
       }
       maybe_set_sinks(p, seed);
       const DecodeArgs per_token = p.args();
-      DecodeArgs per_group = per_token;
-      per_group.lens = window_groups.data(shape.lens_dtype);
-      per_group.lens_rows_per_entry = n_w;
-      per_group.extra.lens = extra_groups.data(shape.extra->lens_dtype);
-      per_group.extra.lens_rows_per_entry = n_x;
+      const DecodeArgs per_group = p.args_with_lens_per_rows(n_w, n_x);
       const std::string label = "n_w=" + std::to_string(n_w) + " n_x=" + std::to_string(n_x) + " seed " +
                                 std::to_string(seed);
       ASSERT_TRUE(validate_args(per_group).ok()) << label << ": " << validate_args(per_group).message;
