@@ -17,28 +17,24 @@
 #include <optional>
 #include <vector>
 
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "swa_decode/swa_decode.h"
 #include "src/api/validate.h"
 #include "src/common/window_rule.h"
 #include "src/reference/reference.h"
-#include "testing/cuda_check.h"
-#include "testing/device_args.h"
 #include "testing/host_problem.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace {
 
-using swa_decode::DecodeArgs;
-using swa_decode::DType;
-using swa_decode::KvFormat;
 namespace st = swa_decode::testing;
 namespace ref = swa_decode::reference;
 using st::Source;
+using swa_decode::DecodeArgs;
+using swa_decode::DType;
+using swa_decode::KvFormat;
 
-constexpr int64_t kHeadDim = 512;
 constexpr int64_t kGarbageColumns = 8;  // index columns past each limit, naming poisoned slots
 
 // One source of a case, and how the call under test passes its lengths.
@@ -59,21 +55,23 @@ struct CaseSpec {
   uint64_t seed;
 };
 
+// A source's ids and lengths alternate int32 / int64 with the seed, the extra source's the other
+// way round from the window's.
+DType index_dtype(uint64_t seed, bool extra) { return (seed % 2 == 0) != extra ? DType::kInt32 : DType::kInt64; }
+DType lens_dtype(uint64_t seed, bool extra) { return (seed % 3 == 0) != extra ? DType::kInt64 : DType::kInt32; }
+
 // The case's shape at `num_heads` heads (the harness runs the cases at one head).
 st::ProblemShape shape_of(const CaseSpec& c, int64_t num_heads) {
-  st::ProblemShape s{.num_tokens = c.num_tokens, .num_heads = num_heads, .head_dim = kHeadDim,
-                     .num_blocks = c.window.num_blocks, .block_size = c.window.block_size,
-                     .window_size = c.window.limit, .index_cols = c.window.limit + kGarbageColumns,
-                     .index_dtype = c.seed % 2 == 0 ? DType::kInt32 : DType::kInt64,
-                     .lens_dtype = c.seed % 3 == 0 ? DType::kInt64 : DType::kInt32,
-                     .kv_format = c.window.format};
+  const SourceSpec& w = c.window;
+  st::ProblemShape s{.num_tokens = c.num_tokens, .num_heads = num_heads, .head_dim = swa_decode::kGpuHeadDim,
+                     .num_blocks = w.num_blocks, .block_size = w.block_size, .window_size = w.limit,
+                     .index_cols = w.limit + kGarbageColumns, .index_dtype = index_dtype(c.seed, false),
+                     .lens_dtype = lens_dtype(c.seed, false), .kv_format = w.format};
   if (c.extra) {
     const SourceSpec& x = *c.extra;
     s.extra = st::ExtraShape{.num_blocks = x.num_blocks, .block_size = x.block_size, .max_entries = x.limit,
-                             .index_cols = x.limit + kGarbageColumns,
-                             .index_dtype = c.seed % 2 == 0 ? DType::kInt64 : DType::kInt32,
-                             .lens_dtype = c.seed % 3 == 0 ? DType::kInt32 : DType::kInt64,
-                             .format = x.format};
+                             .index_cols = x.limit + kGarbageColumns, .index_dtype = index_dtype(c.seed, true),
+                             .lens_dtype = lens_dtype(c.seed, true), .format = x.format};
   }
   return s;
 }
@@ -160,27 +158,10 @@ class LensCase {
 
 class LensRuleGpu : public st::GpuTest {
  protected:
-  struct Produced {
-    std::vector<uint16_t> out;
-    std::vector<float> lse;
-  };
-
-  // Runs `host` on the kernel under test; false if the case was skipped.
-  bool run_on_device(const DecodeArgs& host, Produced& got) {
-    const st::DeviceArgs device(host);
-    if (!admit(device.args())) return false;
-    const swa_decode::Status status = run_decode(device.args());
-    EXPECT_TRUE(status.ok()) << status.message;
-    SWAD_TESTING_CUDA_CHECK(cudaDeviceSynchronize());
-    got.out = device.out();
-    got.lse = device.lse();
-    return status.ok();
-  }
-
   void expect_same_as_per_token_lengths(const CaseSpec& spec) {
     SCOPED_TRACE(spec.name);
     const LensCase c(spec, spec.num_heads);
-    Produced want, got;
+    st::Produced want, got;
     if (!run_on_device(c.per_token(), want) || !run_on_device(c.under_test(), got)) return;
     ASSERT_GT(c.tokens_with_entries(), 0);  // the case reads rows: its out is not all zeros
     EXPECT_EQ(got.out, want.out);
