@@ -17,13 +17,13 @@ DeviceArgs::DeviceArgs(const DecodeArgs& host, cudaStream_t stream) : args_(host
   args_.kv_cache = mirror(host.kv_cache, host.num_blocks * host.stride_kv_block);
   args_.inv_scale = mirror(host.inv_scale, host.num_scales * dtype_bytes(host.inv_scale_dtype));
   args_.indices = mirror(host.indices, T * host.stride_indices_token * dtype_bytes(host.index_dtype));
-  args_.lens = mirror(host.lens, T * dtype_bytes(host.lens_dtype));
+  args_.lens = mirror(host.lens, T / host.lens_rows_per_entry * dtype_bytes(host.lens_dtype));
   if (host.extra.kv_cache != nullptr) {
     const KvSource& x = host.extra;
     args_.extra.kv_cache = mirror(x.kv_cache, x.num_blocks * x.stride_kv_block);
     args_.extra.inv_scale = mirror(x.inv_scale, x.num_scales * dtype_bytes(x.inv_scale_dtype));
     args_.extra.indices = mirror(x.indices, T * x.stride_indices_token * dtype_bytes(x.index_dtype));
-    args_.extra.lens = mirror(x.lens, T * dtype_bytes(x.lens_dtype));
+    args_.extra.lens = mirror(x.lens, T / x.lens_rows_per_entry * dtype_bytes(x.lens_dtype));
   }
   if (host.attn_sink != nullptr) args_.attn_sink = static_cast<const float*>(mirror(host.attn_sink, H * 4));
   out_ = DeviceBuffer(static_cast<size_t>(T * host.stride_out_token * 2));

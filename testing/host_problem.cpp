@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "src/common/window_rule.h"
 #include "src/reference/reference.h"
@@ -204,6 +206,39 @@ DecodeArgs HostProblem::args() {
   a.attn_sink = sink_.empty() ? nullptr : sink_.data();
   a.lse = lse_.data();
   a.out = out_.data();
+  return a;
+}
+
+DecodeArgs HostProblem::args_with_lens_per_rows(int64_t window_rows_per_entry, int64_t extra_rows_per_entry) {
+  DecodeArgs a = args();
+  const int64_t T = s_.num_tokens;
+  // One source's group lengths from the per-token ones (the int64 copy holds every value exactly).
+  const auto grouped = [T](const void* lens, int64_t n, std::optional<InBothDtypes<int32_t, int64_t>>& groups,
+                           const char* source) {
+    if (n < 1 || T % n != 0) {
+      throw std::invalid_argument(std::string(source) + ": rows per lens entry " + std::to_string(n) +
+                                  " must divide num_tokens " + std::to_string(T));
+    }
+    const auto* per_token = static_cast<const int64_t*>(lens);
+    groups.emplace(static_cast<size_t>(T / n), 0, 0);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t len = per_token[t - t % n];
+      if (per_token[t] != len) {
+        throw std::invalid_argument(std::string(source) + ": token " + std::to_string(t) + " has length " +
+                                    std::to_string(per_token[t]) + ", its group of " + std::to_string(n) +
+                                    " tokens " + std::to_string(len));
+      }
+      if (t % n == 0) groups->set(t / n, static_cast<int32_t>(len), len);
+    }
+  };
+  grouped(window_ids_.lens.data(true), window_rows_per_entry, window_group_lens_, "window");
+  a.lens = window_group_lens_->data(a.lens_dtype == DType::kInt64);
+  a.lens_rows_per_entry = window_rows_per_entry;
+  if (s_.extra) {
+    grouped(extra_ids_->lens.data(true), extra_rows_per_entry, extra_group_lens_, "extra source");
+    a.extra.lens = extra_group_lens_->data(a.extra.lens_dtype == DType::kInt64);
+    a.extra.lens_rows_per_entry = extra_rows_per_entry;
+  }
   return a;
 }
 

@@ -111,6 +111,12 @@ class HostProblem {
 
   // Backend::kCpu arguments over this problem's tensors (valid while it lives).
   DecodeArgs args();
+  // args() with each source's lens holding one length per n consecutive tokens (its
+  // lens_rows_per_entry n, docs/semantics.md "Valid entries"): entry e is the length set_len gave
+  // every token of [e * n, (e + 1) * n). Throws std::invalid_argument, naming the token, if a token
+  // of a group has another length or n does not divide num_tokens. extra_rows_per_entry is unused
+  // without an extra source. The lengths stay valid until the next call.
+  DecodeArgs args_with_lens_per_rows(int64_t window_rows_per_entry, int64_t extra_rows_per_entry = 1);
 
   uint16_t out_bits(int64_t t, int64_t h, int64_t d) const {
     return out_[t * args_.stride_out_token + h * args_.stride_out_head + d];
@@ -177,6 +183,8 @@ class HostProblem {
   Ids window_ids_;
   std::optional<Pool> extra_pool_;  // none without an extra source or when it shares the window's
   std::optional<Ids> extra_ids_;
+  // args_with_lens_per_rows' lengths, one per group of tokens, of the window and the extra source.
+  std::optional<InBothDtypes<int32_t, int64_t>> window_group_lens_, extra_group_lens_;
   std::vector<float> sink_;
   std::vector<uint16_t> out_;
   std::vector<float> lse_;

@@ -58,8 +58,14 @@ double measure_copy_gbps(cudaStream_t stream, size_t bytes, int reps) {
   return 2.0 * static_cast<double>(bytes) / (median(us) * 1e-6) / 1e9;
 }
 
-DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream, KernelId kernel)
-    : stream_(stream), kernel_(kernel) {
+DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream, KernelId kernel,
+                           int64_t calls_per_graph)
+    : stream_(stream), kernel_(kernel), calls_per_graph_(calls_per_graph) {
+  const auto num_sets = static_cast<int64_t>(sets.size());
+  if (calls_per_graph < 1 || num_sets % calls_per_graph != 0) {
+    throw std::invalid_argument("DecodeGraphs: calls_per_graph must be >= 1 and divide the " +
+                                std::to_string(num_sets) + " input sets, got " + std::to_string(calls_per_graph));
+  }
   try {
     capture(sets);
   } catch (...) {
@@ -69,16 +75,21 @@ DecodeGraphs::DecodeGraphs(std::vector<DecodeArgs> sets, cudaStream_t stream, Ke
 }
 
 void DecodeGraphs::capture(const std::vector<DecodeArgs>& sets) {
-  for (size_t i = 0; i < sets.size(); ++i) {
-    DecodeArgs args = sets[i];
-    args.stream = stream_;
+  for (size_t first = 0; first < sets.size(); first += static_cast<size_t>(calls_per_graph_)) {
     SWAD_TESTING_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    const Status status = kernel_ == KernelId::kNone ? decode(args) : decode_with_kernel(args, kernel_);
+    Status status;
+    size_t failed = first;
+    for (size_t i = first; i < first + static_cast<size_t>(calls_per_graph_) && status.ok(); ++i) {
+      DecodeArgs args = sets[i];
+      args.stream = stream_;
+      status = kernel_ == KernelId::kNone ? decode(args) : decode_with_kernel(args, kernel_);
+      failed = i;
+    }
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (!status.ok()) {
       if (graph != nullptr) (void)cudaGraphDestroy(graph);
-      throw std::runtime_error("decode() failed while capturing input set " + std::to_string(i) +
+      throw std::runtime_error("decode() failed while capturing input set " + std::to_string(failed) +
                                " into a CUDA graph: " + status.message);
     }
     SWAD_TESTING_CUDA_CHECK(end);
@@ -98,7 +109,7 @@ void DecodeGraphs::release() {
   graphs_.clear();
 }
 
-void DecodeGraphs::replay(size_t set) { SWAD_TESTING_CUDA_CHECK(cudaGraphLaunch(execs_.at(set), stream_)); }
+void DecodeGraphs::replay(size_t graph) { SWAD_TESTING_CUDA_CHECK(cudaGraphLaunch(execs_.at(graph), stream_)); }
 
 void DecodeGraphs::replay_all() {
   for (size_t i = 0; i < execs_.size(); ++i) replay(i);
@@ -106,17 +117,17 @@ void DecodeGraphs::replay_all() {
 }
 
 GraphTiming DecodeGraphs::time(int64_t min_samples, int64_t min_rounds, int64_t warmup_rounds) {
-  const int64_t sets = static_cast<int64_t>(execs_.size());
-  if (sets == 0) return {};
+  const int64_t graphs = static_cast<int64_t>(execs_.size());
+  if (graphs == 0) return {};
   for (int64_t round = 0; round < warmup_rounds; ++round) {
-    for (int64_t s = 0; s < sets; ++s) replay(s);
+    for (int64_t g = 0; g < graphs; ++g) replay(g);
   }
-  const int64_t rounds = std::max(min_rounds, (min_samples + sets - 1) / sets);
-  std::vector<Event> starts(rounds * sets), stops(rounds * sets);
+  const int64_t rounds = std::max(min_rounds, (min_samples + graphs - 1) / graphs);
+  std::vector<Event> starts(rounds * graphs), stops(rounds * graphs);
   for (int64_t round = 0, i = 0; round < rounds; ++round) {
-    for (int64_t s = 0; s < sets; ++s, ++i) {
+    for (int64_t g = 0; g < graphs; ++g, ++i) {
       SWAD_TESTING_CUDA_CHECK(cudaEventRecord(starts[i].get(), stream_));
-      replay(s);
+      replay(g);
       SWAD_TESTING_CUDA_CHECK(cudaEventRecord(stops[i].get(), stream_));
     }
   }

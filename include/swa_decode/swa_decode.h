@@ -74,9 +74,13 @@ struct KvSource {
   int64_t index_cols = 0;
   int64_t stride_indices_token = 0;
 
-  // ---- lens: [T] int32 or int64, contiguous. Negative counts as 0.
+  // ---- lens: [T / lens_rows_per_entry] int32 or int64, contiguous, or nullptr. Negative counts as 0.
+  // Entry e is the length of tokens [e * n, (e + 1) * n), n = lens_rows_per_entry, which must divide
+  // T (n = s_q: FlashMLA's one length per batch row for its s_q query rows, read in place). nullptr:
+  // every index column counts (the length is index_cols, then limited to max_entries as usual).
   const void* lens = nullptr;
   DType lens_dtype = DType::kInt32;
+  int64_t lens_rows_per_entry = 1;
 
   // Index columns a token may use, 1..kMaxExtraEntries (the window's window_size).
   int64_t max_entries = 0;
@@ -121,9 +125,13 @@ struct DecodeArgs {
   int64_t index_cols = 0;
   int64_t stride_indices_token = 0;
 
-  // ---- lens: [T] int32 or int64, contiguous. Negative counts as 0 (CUDA-graph padding rows).
+  // ---- lens: [T / lens_rows_per_entry] int32 or int64, contiguous, or nullptr. Negative counts as 0
+  // (CUDA-graph padding rows). Entry e is the length of tokens [e * n, (e + 1) * n) for n =
+  // lens_rows_per_entry, 1..kInt32Max, which must divide T (docs/semantics.md, "Valid entries").
+  // nullptr: every index column counts (the length is index_cols, then limited to window_size).
   const void* lens = nullptr;
   DType lens_dtype = DType::kInt32;
+  int64_t lens_rows_per_entry = 1;
 
   // ---- optional: the compressed entries, in the same softmax as the window (KvSource above).
   KvSource extra = {};

@@ -172,6 +172,7 @@ struct SourceNames {
   const char* inv_scale;
   const char* indices;
   const char* lens;
+  const char* lens_rows_per_entry;  // the argument that says how many tokens one lens entry covers
   const char* block_size;
   const char* max_entries;  // the argument that says how many index columns are read
   const char* num_slots;    // the slot count as the scale-count message spells it
@@ -181,11 +182,11 @@ struct SourceNames {
 
 constexpr SourceNames kWindowNames{
     "kv_cache", "inv_scale",  "indices",
-    "lens",     "block_size", "window_size",
+    "lens",     "lens_rows_per_entry", "block_size", "window_size",
     "kv_cache.shape[0] * block_size (num_slots)", kViewInvScale, "kv_format"};
 constexpr SourceNames kExtraNames{
     "extra_kv_cache", "extra_inv_scale",  "extra_indices",
-    "extra_lens",     "extra_block_size", "extra_window",
+    "extra_lens",     "extra_lens_rows_per_entry", "extra_block_size", "extra_window",
     "extra_kv_cache.shape[0] * extra_block_size (num_slots)", kViewExtraInvScale,
     "extra_kv_format"};
 
@@ -219,15 +220,35 @@ void check_model1_cache(const ArrayView& kv_cache, const SourceNames& names) {
             "a 'model1' row with its scale row (576 + 8 bytes)");
 }
 
+// lens holds one length per lens_rows_per_entry tokens: lens.shape[0] * n = T. An n out of range
+// is validate_args' to report (so is an n that does not divide T when there are no lens).
+void check_lens_rows(const ArrayView& lens, int64_t lens_rows_per_entry, int64_t num_tokens,
+                     const SourceNames& names) {
+  if (lens_rows_per_entry == 1) {
+    check_dim(lens, names.lens, 0, num_tokens, "q.shape[0] (num_tokens)");
+    return;
+  }
+  int64_t rows = 0;
+  if (lens_rows_per_entry < 1 || lens_rows_per_entry > INT32_MAX ||
+      (!__builtin_mul_overflow(lens.shape(0), lens_rows_per_entry, &rows) && rows == num_tokens)) {
+    return;
+  }
+  value_error(std::string(names.lens) + ".shape[0] * " + names.lens_rows_per_entry +
+              " must equal q.shape[0] (num_tokens) = " + std::to_string(num_tokens) + ", got " +
+              std::to_string(lens.shape(0)) + " * " + std::to_string(lens_rows_per_entry));
+}
+
 // One KV source as a swa_decode::KvSource, once everything its tensors carry agrees with q (T, D,
-// device), with block_size and with max_entries, and each tensor has a dtype the source takes.
-// A kModel1 source keeps its scales in the cache: its inv_scale is not read (may be absent).
+// device), with block_size, max_entries and lens_rows_per_entry, and each tensor has a dtype the
+// source takes. A kModel1 source keeps its scales in the cache: its inv_scale is not read (may be
+// absent). Without lens every index column counts.
 swa_decode::KvSource checked_source(const ArrayView& kv_cache,
                                     const std::optional<ArrayView>& inv_scale_arg,
-                                    const ArrayView& indices, const ArrayView& lens,
-                                    int64_t block_size, int64_t max_entries,
-                                    swa_decode::KvFormat format, const SourceNames& names,
-                                    const ArrayView& q, int bf16_views) {
+                                    const ArrayView& indices, const std::optional<ArrayView>& lens,
+                                    int64_t lens_rows_per_entry, int64_t block_size,
+                                    int64_t max_entries, swa_decode::KvFormat format,
+                                    const SourceNames& names, const ArrayView& q,
+                                    int bf16_views) {
   const bool model1 = format == swa_decode::KvFormat::kModel1;
   if (!model1 && !inv_scale_arg) {
     value_error(std::string(names.inv_scale) + " is required for " + names.format + " '" +
@@ -253,7 +274,7 @@ swa_decode::KvSource checked_source(const ArrayView& kv_cache,
     }
   }
   check_ndim(indices, names.indices, 2, "(num_tokens, index_cols)");
-  check_ndim(lens, names.lens, 1, "(num_tokens,)");
+  if (lens) check_ndim(*lens, names.lens, 1, "(num_tokens / lens_rows_per_entry,)");
 
   const auto num_tokens = q.shape(0);
   // DecodeArgs has one block_size per source, so the argument and the view must agree: a larger
@@ -269,19 +290,19 @@ swa_decode::KvSource checked_source(const ArrayView& kv_cache,
   }
   check_dim_at_least(indices, names.indices, 1, max_entries, names.max_entries);
   check_dim(indices, names.indices, 0, num_tokens, "q.shape[0] (num_tokens)");
-  check_dim(lens, names.lens, 0, num_tokens, "q.shape[0] (num_tokens)");
+  if (lens) check_lens_rows(*lens, lens_rows_per_entry, num_tokens, names);
 
   // ---- unit innermost strides ----
   check_unit_stride(kv_cache, names.kv_cache, kv_cache.ndim() - 1);
   if (!model1) check_unit_stride(*inv_scale_arg, names.inv_scale, 0);
   check_unit_stride(indices, names.indices, 1);
-  check_unit_stride(lens, names.lens, 0);
+  if (lens) check_unit_stride(*lens, names.lens, 0);
 
   // ---- q's device ----
   check_same_device(kv_cache, names.kv_cache, q);
   if (!model1) check_same_device(*inv_scale_arg, names.inv_scale, q);
   check_same_device(indices, names.indices, q);
-  check_same_device(lens, names.lens, q);
+  if (lens) check_same_device(*lens, names.lens, q);
 
   // ---- DLPack dtypes -> DecodeArgs dtypes ----
   const bool bytes = is(kv_cache.dtype(), Code::UInt, 8) ||
@@ -307,8 +328,9 @@ swa_decode::KvSource checked_source(const ArrayView& kv_cache,
       .index_dtype = int_dtype(indices, names.indices),
       .index_cols = indices.shape(1),
       .stride_indices_token = indices.stride(0),
-      .lens = lens.data(),
-      .lens_dtype = int_dtype(lens, names.lens),
+      .lens = lens ? lens->data() : nullptr,
+      .lens_dtype = lens ? int_dtype(*lens, names.lens) : swa_decode::DType::kInt32,
+      .lens_rows_per_entry = lens_rows_per_entry,
       .max_entries = max_entries,
       .format = format,
   };
@@ -327,19 +349,21 @@ swa_decode::KvSource checked_source(const ArrayView& kv_cache,
   return source;
 }
 
-// The extra source's arguments as the caller gave them: all of them, or none (then extra_window
-// may be left out too: it defaults to extra_indices.shape[1]).
+// The extra source's arguments as the caller gave them: all the required ones, or none. Optional:
+// extra_lens (without it every index column counts), extra_lens_rows_per_entry (default 1) and
+// extra_window (default extra_indices.shape[1]); each of them alone still asks for the rest.
 struct ExtraArgs {
   const std::optional<ArrayView>& kv_cache;
   const std::optional<ArrayView>& inv_scale;
   const std::optional<ArrayView>& indices;
   const std::optional<ArrayView>& lens;
+  std::optional<int64_t> lens_rows_per_entry;
   std::optional<int64_t> block_size;
   std::optional<int64_t> window;
   swa_decode::KvFormat format;
 
   bool any() const {
-    return kv_cache || inv_scale || indices || lens || block_size || window;
+    return kv_cache || inv_scale || indices || lens || lens_rows_per_entry || block_size || window;
   }
 };
 
@@ -348,31 +372,37 @@ swa_decode::KvSource checked_extra(const ExtraArgs& extra, const ArrayView& q, i
   if (!extra.any()) return {};
   // A 'model1' source keeps its scales in the cache: extra_inv_scale is optional there.
   const bool needs_scales = extra.format != swa_decode::KvFormat::kModel1;
-  const std::pair<const char*, bool> required[] = {
-      {kExtraNames.kv_cache, extra.kv_cache.has_value()},
-      {kExtraNames.inv_scale, extra.inv_scale.has_value()},
-      {kExtraNames.indices, extra.indices.has_value()},
-      {kExtraNames.lens, extra.lens.has_value()},
-      {kExtraNames.block_size, extra.block_size.has_value()}};
+  // In the order of decode()'s arguments; an optional one is listed only when given.
+  struct Arg {
+    const char* name;
+    bool present, required;
+  };
+  const Arg args[] = {{kExtraNames.kv_cache, extra.kv_cache.has_value(), true},
+                      {kExtraNames.inv_scale, extra.inv_scale.has_value(), needs_scales},
+                      {kExtraNames.indices, extra.indices.has_value(), true},
+                      {kExtraNames.lens, extra.lens.has_value(), false},
+                      {kExtraNames.block_size, extra.block_size.has_value(), true},
+                      {kExtraNames.max_entries, extra.window.has_value(), false},
+                      {kExtraNames.lens_rows_per_entry, extra.lens_rows_per_entry.has_value(), false}};
   std::string missing, given;
-  for (const auto& [name, present] : required) {
-    if (!present && !needs_scales && name == kExtraNames.inv_scale) continue;
-    std::string& list = present ? given : missing;
-    list += (list.empty() ? "" : ", ") + std::string(name);
+  for (const Arg& arg : args) {
+    if (!arg.present && !arg.required) continue;
+    std::string& list = arg.present ? given : missing;
+    list += (list.empty() ? "" : ", ") + std::string(arg.name);
   }
-  if (extra.window) given += (given.empty() ? "" : ", ") + std::string(kExtraNames.max_entries);
   if (!missing.empty()) {
     value_error(std::string("an extra source needs extra_kv_cache, ") +
                 (needs_scales ? "extra_inv_scale, " : "") +
-                "extra_indices, extra_lens and extra_block_size (extra_window is optional); "
-                "missing " + missing + " (given: " + given + ")");
+                "extra_indices and extra_block_size (extra_lens, extra_window and "
+                "extra_lens_rows_per_entry are optional); missing " + missing + " (given: " + given + ")");
   }
   // A rank other than 2 is checked_source's to report; the default is not read then.
   const int64_t window =
       extra.window.value_or(extra.indices->ndim() == 2 ? extra.indices->shape(1) : 0);
   swa_decode::KvSource source =
-      checked_source(*extra.kv_cache, extra.inv_scale, *extra.indices, *extra.lens,
-                     *extra.block_size, window, extra.format, kExtraNames, q, bf16_views);
+      checked_source(*extra.kv_cache, extra.inv_scale, *extra.indices, extra.lens,
+                     extra.lens_rows_per_entry.value_or(1), *extra.block_size, window,
+                     extra.format, kExtraNames, q, bf16_views);
   // An empty tensor may carry a null data pointer, and a null extra.kv_cache means "no extra
   // source" to the library: an extra cache without blocks would be dropped silently, not refused
   // by validate_args (for the window, num_blocks >= 1 is validate_args' to report).
@@ -394,7 +424,8 @@ std::string shape_string(const ArrayView& a) {  // as Python prints tuple(shape)
 
 // The arrays of one call, however they arrived; the optional ones are empty when not given.
 struct DecodeArrays {
-  ArrayView q, kv_cache, indices, lens, out;
+  ArrayView q, kv_cache, indices, out;
+  std::optional<ArrayView> lens;       // absent: every index column counts
   std::optional<ArrayView> inv_scale;  // absent: only for kv_format 'model1'
   std::optional<ArrayView> attn_sink, lse;
   std::optional<ArrayView> extra_kv_cache, extra_inv_scale, extra_indices, extra_lens;
@@ -409,6 +440,8 @@ struct DecodeScalars {
   std::optional<int64_t> extra_window;  // default: extra_indices.shape[1] (checked_extra)
   std::string kv_format;                // the Python spelling, parsed_format's to check
   std::string extra_kv_format;
+  int64_t lens_rows_per_entry;          // tokens one lens entry covers; validate_args' range
+  std::optional<int64_t> extra_lens_rows_per_entry;  // default 1 (checked_extra)
 };
 
 // out[t, h, :] = attention of q[t, h, :] over token t's window entries and, with an extra
@@ -446,11 +479,11 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
 
   // ---- the KV sources ----
   const swa_decode::KvSource window = checked_source(
-      a.kv_cache, a.inv_scale, indices, a.lens, s.block_size, window_size,
+      a.kv_cache, a.inv_scale, indices, a.lens, s.lens_rows_per_entry, s.block_size, window_size,
       parsed_format(s.kv_format, kWindowNames.format), kWindowNames, q, bf16_views);
   const swa_decode::KvSource extra = checked_extra(
       ExtraArgs{a.extra_kv_cache, a.extra_inv_scale, a.extra_indices, a.extra_lens,
-                s.extra_block_size, s.extra_window,
+                s.extra_lens_rows_per_entry, s.extra_block_size, s.extra_window,
                 parsed_format(s.extra_kv_format, kExtraNames.format)},
       q, bf16_views);
 
@@ -512,6 +545,7 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
       .stride_indices_token = window.stride_indices_token,
       .lens = window.lens,
       .lens_dtype = window.lens_dtype,
+      .lens_rows_per_entry = window.lens_rows_per_entry,
       .extra = extra,
       .attn_sink = attn_sink ? static_cast<const float*>(attn_sink->data()) : nullptr,
       .lse = lse ? static_cast<float*>(lse->data()) : nullptr,
@@ -546,14 +580,17 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
 DecodeScalars scalars_of(int64_t block_size, std::optional<double> scale,
                          std::optional<int64_t> window_size, std::optional<int64_t> extra_block_size,
                          std::optional<int64_t> extra_window, std::string kv_format,
-                         std::string extra_kv_format) {
+                         std::string extra_kv_format, int64_t lens_rows_per_entry,
+                         std::optional<int64_t> extra_lens_rows_per_entry) {
   return DecodeScalars{.block_size = block_size,
                        .scale = scale,
                        .window_size = window_size,
                        .extra_block_size = extra_block_size,
                        .extra_window = extra_window,
                        .kv_format = std::move(kv_format),
-                       .extra_kv_format = std::move(extra_kv_format)};
+                       .extra_kv_format = std::move(extra_kv_format),
+                       .lens_rows_per_entry = lens_rows_per_entry,
+                       .extra_lens_rows_per_entry = extra_lens_rows_per_entry};
 }
 
 template <class Array>
@@ -565,20 +602,22 @@ std::optional<ArrayView> optional_view(const std::optional<Array>& a) {
 // run_decode on DLPack arrays of any framework, imported by nanobind (versioned or legacy
 // capsules, objects with __dlpack__, the buffer protocol).
 void decode(const InArray& q, const InArray& kv_cache, const std::optional<InArray>& inv_scale,
-            const InArray& indices, const InArray& lens, const std::optional<InArray>& attn_sink,
+            const InArray& indices, const std::optional<InArray>& lens,
+            const std::optional<InArray>& attn_sink,
             OutArray out, std::optional<OutArray> lse, int64_t block_size,
             std::optional<double> scale, std::optional<int64_t> window_size, uintptr_t stream,
             int bf16_views, const std::optional<InArray>& extra_kv_cache,
             const std::optional<InArray>& extra_inv_scale,
             const std::optional<InArray>& extra_indices, const std::optional<InArray>& extra_lens,
             std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
-            std::string kv_format, std::string extra_kv_format) {
+            std::string kv_format, std::string extra_kv_format, int64_t lens_rows_per_entry,
+            std::optional<int64_t> extra_lens_rows_per_entry) {
   using swa_decode_py::view_of;
   const DecodeArrays arrays{.q = view_of(q),
                             .kv_cache = view_of(kv_cache),
                             .indices = view_of(indices),
-                            .lens = view_of(lens),
                             .out = view_of(out),
+                            .lens = optional_view(lens),
                             .inv_scale = optional_view(inv_scale),
                             .attn_sink = optional_view(attn_sink),
                             .lse = optional_view(lse),
@@ -588,26 +627,28 @@ void decode(const InArray& q, const InArray& kv_cache, const std::optional<InArr
                             .extra_lens = optional_view(extra_lens)};
   run_decode(arrays,
              scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
-                        std::move(kv_format), std::move(extra_kv_format)),
+                        std::move(kv_format), std::move(extra_kv_format), lens_rows_per_entry,
+                        extra_lens_rows_per_entry),
              stream, bf16_views);
 }
 
 // Views of the first T = q.shape[0] rows of the seed's indices ((T', W) or (1, T', W)) and lens
-// ((T',)), T' >= T, with their new shapes in index_dims and lens_rows. False for any other layout.
-bool first_rows(const ArrayView& q, ArrayView* indices, ArrayView* lens, int64_t (&index_dims)[2],
-                int64_t (&lens_rows)[1]) {
+// ((T',), or absent as in decode()), T' >= T, with their new shapes in index_dims and lens_rows.
+// False for any other layout.
+bool first_rows(const ArrayView& q, ArrayView* indices, std::optional<ArrayView>* lens,
+                int64_t (&index_dims)[2], int64_t (&lens_rows)[1]) {
   if (q.ndim() != 3) return false;  // the general path leaves the rows alone and reports q
   if (indices->ndim() == 3 && indices->shape(0) == 1) *indices = indices->without_leading_dim();
   const int64_t num_tokens = q.shape(0);
-  if (indices->ndim() != 2 || indices->shape(0) < num_tokens || lens->ndim() != 1 ||
-      lens->shape(0) < num_tokens) {
+  if (indices->ndim() != 2 || indices->shape(0) < num_tokens ||
+      (*lens && ((*lens)->ndim() != 1 || (*lens)->shape(0) < num_tokens))) {
     return false;
   }
   index_dims[0] = num_tokens;
   index_dims[1] = indices->shape(1);
   indices->dims = index_dims;
   lens_rows[0] = num_tokens;
-  lens->dims = lens_rows;
+  if (*lens) (*lens)->dims = lens_rows;
   return true;
 }
 
@@ -627,7 +668,9 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
                      std::optional<int64_t> window_size, nb::handle extra_kv_cache,
                      nb::handle extra_inv_scale, nb::handle extra_indices, nb::handle extra_lens,
                      std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
-                     std::string kv_format, std::string extra_kv_format, bool seed_rows) {
+                     std::string kv_format, std::string extra_kv_format,
+                     int64_t lens_rows_per_entry,
+                     std::optional<int64_t> extra_lens_rows_per_entry, bool seed_rows) {
   const swa_decode_py::ExchangeApi* api = swa_decode_py::exchange_api_of(q.ptr());
   if (api == nullptr) return false;
   DecodeArrays a{};
@@ -646,7 +689,7 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
     return true;
   };
   if (!view(kv_cache, &a.kv_cache) || !view_if_given(inv_scale, &a.inv_scale) ||
-      !view(indices, &a.indices) || !view(lens, &a.lens) || !view(out, &a.out) ||
+      !view(indices, &a.indices) || !view_if_given(lens, &a.lens) || !view(out, &a.out) ||
       !view_if_given(attn_sink, &a.attn_sink) || !view_if_given(lse, &a.lse) ||
       !view_if_given(extra_kv_cache, &a.extra_kv_cache) ||
       !view_if_given(extra_inv_scale, &a.extra_inv_scale) ||
@@ -664,7 +707,8 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
   }
   run_decode(a,
              scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
-                        std::move(kv_format), std::move(extra_kv_format)),
+                        std::move(kv_format), std::move(extra_kv_format), lens_rows_per_entry,
+                        extra_lens_rows_per_entry),
              stream, /*bf16_views=*/0);
   return true;
 }
@@ -674,7 +718,7 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
 NB_MODULE(_C, m) {
   m.doc() = "swa_decode's native binding; use the functions of the swa_decode package instead.";
   m.def("decode", &decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("inv_scale").none(),
-        nb::arg("indices"), nb::arg("lens"), nb::arg("attn_sink").none(), nb::arg("out"),
+        nb::arg("indices"), nb::arg("lens").none(), nb::arg("attn_sink").none(), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
         nb::arg("window_size").none(), nb::arg("stream"), nb::arg("bf16_views") = 0,
         nb::arg("extra_kv_cache").none() = nb::none(),
@@ -682,22 +726,26 @@ NB_MODULE(_C, m) {
         nb::arg("extra_indices").none() = nb::none(), nb::arg("extra_lens").none() = nb::none(),
         nb::arg("extra_block_size").none() = nb::none(),
         nb::arg("extra_window").none() = nb::none(), nb::arg("kv_format") = kE4m3Name,
-        nb::arg("extra_kv_format") = kE4m3Name,
+        nb::arg("extra_kv_format") = kE4m3Name, nb::arg("lens_rows_per_entry") = 1,
+        nb::arg("extra_lens_rows_per_entry").none() = nb::none(),
         "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
         "cudaStream_t as an integer, 0 = legacy default stream) and not waited for. scale and "
         "window_size default (None) to head_dim ** -0.5 and indices.shape[-1]; indices may be "
         "(1, T, W). The extra_* arguments are the optional second KV source (all of them or none; "
         "extra_window defaults to extra_indices.shape[1]). kv_format / extra_kv_format: 'e4m3' or "
-        "'model1' (584-byte rows with their scales; inv_scale may then be None).");
+        "'model1' (584-byte rows with their scales; inv_scale may then be None). lens (or "
+        "extra_lens) None: every index column counts; lens_rows_per_entry (or "
+        "extra_lens_rows_per_entry) n: lens holds one length per n consecutive rows (T / n).");
   m.def("decode_exchange", &decode_exchange, nb::arg("q"), nb::arg("kv_cache"),
-        nb::arg("inv_scale").none(), nb::arg("indices"), nb::arg("lens"),
+        nb::arg("inv_scale").none(), nb::arg("indices"), nb::arg("lens").none(),
         nb::arg("attn_sink").none(),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
         nb::arg("window_size").none(), nb::arg("extra_kv_cache").none(),
         nb::arg("extra_inv_scale").none(), nb::arg("extra_indices").none(),
         nb::arg("extra_lens").none(), nb::arg("extra_block_size").none(),
         nb::arg("extra_window").none(), nb::arg("kv_format") = kE4m3Name,
-        nb::arg("extra_kv_format") = kE4m3Name, nb::arg("seed_rows") = false,
+        nb::arg("extra_kv_format") = kE4m3Name, nb::arg("lens_rows_per_entry") = 1,
+        nb::arg("extra_lens_rows_per_entry").none() = nb::none(), nb::arg("seed_rows") = false,
         "decode() for arrays whose type has the DLPack C exchange API (torch.Tensor), read in "
         "place and run on the framework's current stream. Returns False, having run nothing, "
         "when an argument is not such an array on q's device (or q is on neither the CPU nor a "

@@ -51,19 +51,24 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
            out=None, return_lse: bool = False, lse=None, stream=None, extra_kv_cache=None,
            extra_inv_scale=None, extra_indices=None, extra_lens=None,
            extra_block_size: Optional[int] = None, extra_window: Optional[int] = None,
-           kv_format: str = "e4m3", extra_kv_format: str = "e4m3"):
+           kv_format: str = "e4m3", extra_kv_format: str = "e4m3", lens_rows_per_entry: int = 1,
+           extra_lens_rows_per_entry: Optional[int] = None):
     """Sliding-window decode attention over a paged e4m3 KV cache (semantics: docs/semantics.md).
 
     q (T, H, D) bf16; kv_cache (num_blocks, block_size, D) uint8 or float8_e4m3fn e4m3 bytes
     (rows may be padded: any token stride); inv_scale (num_slots,) or (num_slots, 1) bf16 or fp32;
     indices (T, >= window_size) or (1, T, >= window_size) int32/int64 slot ids, -1 = no entry;
-    lens (T,) int32/int64; attn_sink (H,) fp32 or None.
+    lens (T,) int32/int64, or None (every index column counts); attn_sink (H,) fp32 or None.
+    lens_rows_per_entry n (default 1, must divide T): lens is (T / n,), one length for each n
+    consecutive rows (FlashMLA's one length per batch row for its s_q query rows, n = s_q).
 
     The extra source (DeepSeek-V4's compressed entries, attended in the same softmax after the
     window's entries): extra_kv_cache (extra_num_blocks, extra_block_size, D), extra_inv_scale,
     extra_indices (T, >= extra_window) and extra_lens (T,), each with the window's dtypes and
-    layout rules, and extra_block_size; give all five or none. extra_window (the extra index
-    columns read per token, up to limits.MAX_EXTRA_ENTRIES) defaults to extra_indices.shape[-1].
+    layout rules, and extra_block_size; give all of them or none (extra_lens may be None, as lens
+    may). extra_window (the extra index columns read per token, up to limits.MAX_EXTRA_ENTRIES)
+    defaults to extra_indices.shape[-1], extra_lens_rows_per_entry (lens_rows_per_entry's
+    namesake) to 1.
 
     kv_format / extra_kv_format: each source's row format (docs/semantics.md, "Row formats"):
     "e4m3" (the above) or "model1", FlashMLA's k_cache for DeepSeek-V4 (vLLM's fp8_ds_mla): a
@@ -93,6 +98,10 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     _format_arg("kv_format", kv_format)
     _format_arg("extra_kv_format", extra_kv_format)
     formats = (kv_format, extra_kv_format)
+    # Alone, extra_lens_rows_per_entry makes the binding ask for the rest of the extra source.
+    lens_rows = (_int_arg("lens_rows_per_entry", lens_rows_per_entry),
+                 None if extra_lens_rows_per_entry is None
+                 else _int_arg("extra_lens_rows_per_entry", extra_lens_rows_per_entry))
     extra = None  # no extra source: nothing below looks at the extra_* arguments again
     if (extra_kv_cache is not None or extra_inv_scale is not None or extra_indices is not None
             or extra_lens is not None or extra_block_size is not None or extra_window is not None):
@@ -105,17 +114,17 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
         if stream is None and _ops.eager(q):
             result = _ops.decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
                                        return_lse, block_size, scale, window_size, extra,
-                                       formats=formats)
+                                       formats=formats, lens_rows=lens_rows)
             if result is not None:
                 return result
         return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                              scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
                              return_lse=return_lse, lse=lse, stream=stream, extra=extra,
-                             formats=formats)
+                             formats=formats, lens_rows=lens_rows)
     return _decode_dlpack(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                           scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
                           return_lse=return_lse, lse=lse, stream=stream, extra=extra,
-                          formats=formats)
+                          formats=formats, lens_rows=lens_rows)
 
 
 def _format_arg(name: str, value) -> None:
@@ -201,7 +210,7 @@ def _first_rows(x, name: str, num_tokens: int):
 # ---------------------------------------------------------------------------------------------
 
 def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                  attn_sink, out, return_lse, lse, stream, extra, formats):
+                  attn_sink, out, return_lse, lse, stream, extra, formats, lens_rows):
     if stream is not None:
         raise ValueError("stream= is for DLPack arrays; torch tensors run on the current stream "
                          "(use `with torch.cuda.stream(s):`), got stream=" + repr(stream))
@@ -225,12 +234,12 @@ def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, w
     if out is None:
         out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
                                      block_size, scale, window_size, bool(return_lse),
-                                     *extra_args, *formats)
+                                     *extra_args, *formats, *lens_rows)
         return (out_t, lse_t) if return_lse else out_t
     if return_lse and lse is None:
         lse = _torch.empty((q.shape[0], q.shape[1]), dtype=_torch.float32, device=q.device)
     _ops.decode_out_op(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                      block_size, scale, window_size, *extra_args, *formats)
+                      block_size, scale, window_size, *extra_args, *formats, *lens_rows)
     return (out, lse) if return_lse else out
 
 
@@ -297,7 +306,7 @@ def _as_uint8_if_float8(kv_cache):
 
 
 def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                   attn_sink, out, return_lse, lse, stream, extra, formats):
+                   attn_sink, out, return_lse, lse, stream, extra, formats, lens_rows):
     device = _dlpack_device(q, "q")
     named = [("kv_cache", kv_cache), ("inv_scale", inv_scale), ("indices", indices),
              ("lens", lens), ("attn_sink", attn_sink), ("out", out), ("lse", lse)]
@@ -346,5 +355,5 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
 
     _C.decode(export(q), export(kv_cache), export(inv_scale), export(indices), export(lens),
               export(attn_sink), export(out_arg), export(lse), block_size, scale,
-              window_size, stream_handle, bf16_views, *extra_args, *formats)
+              window_size, stream_handle, bf16_views, *extra_args, *formats, *lens_rows)
     return (out, lse) if return_lse else out

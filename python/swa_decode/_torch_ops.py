@@ -77,13 +77,14 @@ _increment_versions = _version_bumper()
 
 def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, return_lse,
                  block_size, scale, window_size, extra, seed_rows=False,
-                 formats=("e4m3", "e4m3")):
+                 formats=("e4m3", "e4m3"), lens_rows=(1, None)):
     """decode() for torch tensors outside any trace (``eager(q)``), without the dispatcher: what
     ``decode_op`` / ``decode_out_op`` would return, or None, having run nothing, when the call must
     take them instead (an argument the binding cannot read in place; lse= without out=; an output
     the ops would tie to autograd). Writes into out= / lse= without allocating. seed_rows: indices
     and lens may have more rows than q, as native_swa_decode_attention takes them. formats: the
-    window's and the extra source's row formats (kv_format, extra_kv_format)."""
+    window's and the extra source's row formats (kv_format, extra_kv_format); lens_rows: their
+    lens_rows_per_entry and extra_lens_rows_per_entry."""
     if out is None:
         if lse is not None:
             return None  # the ops' path says why
@@ -99,7 +100,7 @@ def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, ret
         lse = q.new_empty(q.shape[:2], dtype=torch.float32)
     if not _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
                               block_size, scale, window_size, *(extra or _NO_EXTRA), *formats,
-                              seed_rows):
+                              *lens_rows, seed_rows):
         return None
     if mutated:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
         _increment_versions(mutated if lse is None else (out, lse))
@@ -131,22 +132,25 @@ def _current_stream(device: torch.device) -> int:
 
 def _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
             window_size, extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
-            extra_block_size, extra_window, kv_format, extra_kv_format) -> None:
+            extra_block_size, extra_window, kv_format, extra_kv_format, lens_rows_per_entry,
+            extra_lens_rows_per_entry) -> None:
     # The extra source's arguments go through as given: the binding checks all-or-nothing.
     if _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size,
                           scale, window_size, extra_kv_cache, extra_inv_scale, extra_indices,
-                          extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format):
+                          extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format,
+                          lens_rows_per_entry, extra_lens_rows_per_entry):
         return
     # torch without the exchange API, or a tensor it cannot describe, or tensors on several
     # devices (which the binding then reports): DLPack capsules.
     stream = _current_stream(q.device) if q.device.type == "cuda" else 0
     _C.decode(
         _capsule(q), _capsule(_as_e4m3_bytes(kv_cache)), _optional_capsule(inv_scale),
-        _capsule(indices), _capsule(lens), _optional_capsule(attn_sink), _capsule(out),
+        _capsule(indices), _optional_capsule(lens), _optional_capsule(attn_sink), _capsule(out),
         _optional_capsule(lse), block_size, scale, window_size, stream, 0,
         None if extra_kv_cache is None else _capsule(_as_e4m3_bytes(extra_kv_cache)),
         _optional_capsule(extra_inv_scale), _optional_capsule(extra_indices),
-        _optional_capsule(extra_lens), extra_block_size, extra_window, kv_format, extra_kv_format)
+        _optional_capsule(extra_lens), extra_block_size, extra_window, kv_format, extra_kv_format,
+        lens_rows_per_entry, extra_lens_rows_per_entry)
 
 
 def _lse_shape(q: torch.Tensor, return_lse: bool):
@@ -158,24 +162,30 @@ def _lse_shape(q: torch.Tensor, return_lse: bool):
 # scale and window_size may be None (the binding's defaults: head_dim ** -0.5, indices.shape[-1]);
 # indices may be (1, T, W). The extra source (the compressed entries in the same softmax) is the
 # six arguments after the window's, all defaulting to None: callers of the window-only schema keep
-# working unchanged. kv_format / extra_kv_format ("e4m3" or "model1") come last; a "model1"
-# source's inv_scale is not read and may be None.
+# working unchanged. kv_format / extra_kv_format ("e4m3" or "model1") follow; a "model1"
+# source's inv_scale is not read and may be None. lens_rows_per_entry / extra_lens_rows_per_entry
+# (tokens one lens entry covers, None = 1 for the extra source) come last; lens and extra_lens may
+# be None (every index column counts).
 @torch.library.custom_op("swa_decode::decode", mutates_args=())
 def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch.Tensor],
-              indices: torch.Tensor, lens: torch.Tensor, attn_sink: Optional[torch.Tensor],
+              indices: torch.Tensor, lens: Optional[torch.Tensor],
+              attn_sink: Optional[torch.Tensor],
               block_size: int, scale: Optional[float], window_size: Optional[int],
               return_lse: bool, extra_kv_cache: Optional[torch.Tensor] = None,
               extra_inv_scale: Optional[torch.Tensor] = None,
               extra_indices: Optional[torch.Tensor] = None,
               extra_lens: Optional[torch.Tensor] = None, extra_block_size: Optional[int] = None,
               extra_window: Optional[int] = None, kv_format: str = "e4m3",
-              extra_kv_format: str = "e4m3") -> tuple[torch.Tensor, torch.Tensor]:
+              extra_kv_format: str = "e4m3", lens_rows_per_entry: int = 1,
+              extra_lens_rows_per_entry: Optional[int] = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """out (T, H, D) bf16 and lse (T, H) fp32 (or (0,) without return_lse); see docs/semantics.md."""
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(_lse_shape(q, return_lse), dtype=torch.float32, device=q.device)
     _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse if return_lse else None,
             block_size, scale, window_size, extra_kv_cache, extra_inv_scale, extra_indices,
-            extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format)
+            extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format,
+            lens_rows_per_entry, extra_lens_rows_per_entry)
     return out, lse
 
 
@@ -183,15 +193,17 @@ def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch
 def _decode_fake(q, kv_cache, inv_scale, indices, lens, attn_sink, block_size, scale,
                  window_size, return_lse, extra_kv_cache=None, extra_inv_scale=None,
                  extra_indices=None, extra_lens=None, extra_block_size=None, extra_window=None,
-                 kv_format="e4m3", extra_kv_format="e4m3"):
+                 kv_format="e4m3", extra_kv_format="e4m3", lens_rows_per_entry=1,
+                 extra_lens_rows_per_entry=None):
     return (q.new_empty(q.shape, dtype=torch.bfloat16),
             q.new_empty(_lse_shape(q, return_lse), dtype=torch.float32))
 
 
 @torch.library.custom_op("swa_decode::decode_out", mutates_args=("out", "lse"))
 def decode_out_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch.Tensor],
-                  indices: torch.Tensor, lens: torch.Tensor, attn_sink: Optional[torch.Tensor],
-                  out: torch.Tensor, lse: Optional[torch.Tensor], block_size: int,
+                  indices: torch.Tensor, lens: Optional[torch.Tensor],
+                  attn_sink: Optional[torch.Tensor], out: torch.Tensor,
+                  lse: Optional[torch.Tensor], block_size: int,
                   scale: Optional[float], window_size: Optional[int],
                   extra_kv_cache: Optional[torch.Tensor] = None,
                   extra_inv_scale: Optional[torch.Tensor] = None,
@@ -199,16 +211,19 @@ def decode_out_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[t
                   extra_lens: Optional[torch.Tensor] = None,
                   extra_block_size: Optional[int] = None,
                   extra_window: Optional[int] = None, kv_format: str = "e4m3",
-                  extra_kv_format: str = "e4m3") -> None:
+                  extra_kv_format: str = "e4m3", lens_rows_per_entry: int = 1,
+                  extra_lens_rows_per_entry: Optional[int] = None) -> None:
     """Writes into the caller's out (T, H, D) bf16 and optional lse (T, H) fp32."""
     _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
             window_size, extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
-            extra_block_size, extra_window, kv_format, extra_kv_format)
+            extra_block_size, extra_window, kv_format, extra_kv_format, lens_rows_per_entry,
+            extra_lens_rows_per_entry)
 
 
 @decode_out_op.register_fake
 def _decode_out_fake(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
                      window_size, extra_kv_cache=None, extra_inv_scale=None, extra_indices=None,
                      extra_lens=None, extra_block_size=None, extra_window=None,
-                     kv_format="e4m3", extra_kv_format="e4m3"):
+                     kv_format="e4m3", extra_kv_format="e4m3", lens_rows_per_entry=1,
+                     extra_lens_rows_per_entry=None):
     return None

@@ -46,22 +46,19 @@ def get_mla_metadata(*args, **kwargs) -> MlaMetadata:
     return _METADATA
 
 
-def _per_row_lens(topk_length, name: str, batch: int, s_q: int, topk: int, like):
-    """The library's lens (batch * s_q,) int32 for FlashMLA's (batch,) lengths, one per batch row
-    for all its s_q query rows. s_q = 1 reads topk_length in place; s_q > 1 allocates the repeat
-    (b * s_q int32), since the library's lens have unit stride (a stride-0 view is refused);
-    None (every column counts) allocates b * s_q copies of topk."""
+def _batch_lens(topk_length, name: str, batch: int):
+    """FlashMLA's (batch,) lengths, one per batch row for all its s_q query rows, as they are: the
+    library reads them in place with lens_rows_per_entry = s_q, and None as "every index column
+    counts". Nothing is allocated for either."""
     if topk_length is None:
-        return torch.full((batch * s_q,), topk, dtype=torch.int32, device=like.device)
+        return None
     if not isinstance(topk_length, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor (batch,) int32 or None, got "
                         f"{type(topk_length).__name__}")
     if topk_length.ndim != 1 or topk_length.shape[0] != batch:
         raise ValueError(f"{name} must be (batch,) = ({batch},) (one length per batch row), got "
                          f"shape {tuple(topk_length.shape)}")
-    if s_q == 1:
-        return topk_length
-    return topk_length.repeat_interleave(s_q)
+    return topk_length
 
 
 def _rows(indices, name: str, batch: int, s_q: int):
@@ -94,8 +91,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     Returns (out (b, s_q, h_q, 512) bf16, lse (b, h_q, s_q) fp32): lse is the natural log of the
     softmax denominator without the sink, +inf for a row with no entry (as FlashMLA; the library
     says -inf), a view of a (b, s_q, h_q) buffer. out= writes into the caller's (b, s_q, h_q, 512)
-    bf16 tensor. Allocates lse, out when not given, and lens where s_q > 1 or a length is None
-    (_per_row_lens).
+    bf16 tensor. Allocates lse and, when not given, out: nothing else (the lengths are read in
+    place, _batch_lens).
 
     The dense path (indices None), causal=True, a bf16 cache (is_fp8_kvcache False) and
     head_dim_v other than 512 are refused; valid arguments no GPU kernel of this build runs
@@ -131,14 +128,15 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                              f"{getattr(cache, 'shape', type(cache).__name__)}")
     rows = batch * s_q
     window = _rows(indices, "indices", batch, s_q)
-    lens = _per_row_lens(topk_length, "topk_length", batch, s_q, window.shape[1], q)
+    lens = _batch_lens(topk_length, "topk_length", batch)
     extra = {}
     if extra_k_cache is not None:
-        extra_rows = _rows(extra_indices_in_kvcache, "extra_indices_in_kvcache", batch, s_q)
-        extra = dict(extra_kv_cache=extra_k_cache, extra_indices=extra_rows,
-                     extra_lens=_per_row_lens(extra_topk_length, "extra_topk_length", batch, s_q,
-                                              extra_rows.shape[1], q),
-                     extra_block_size=extra_k_cache.shape[1], extra_kv_format="model1")
+        extra = dict(extra_kv_cache=extra_k_cache,
+                     extra_indices=_rows(extra_indices_in_kvcache, "extra_indices_in_kvcache",
+                                         batch, s_q),
+                     extra_lens=_batch_lens(extra_topk_length, "extra_topk_length", batch),
+                     extra_lens_rows_per_entry=s_q, extra_block_size=extra_k_cache.shape[1],
+                     extra_kv_format="model1")
     if out is None:
         out = torch.empty((batch, s_q, h_q, head_dim), dtype=torch.bfloat16, device=q.device)
     elif not isinstance(out, torch.Tensor) or tuple(out.shape) != (batch, s_q, h_q, head_dim):
@@ -155,7 +153,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     scale = HEAD_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
     decode(q.reshape(rows, h_q, head_dim), k_cache, None, window, lens,
            block_size=k_cache.shape[1], scale=scale, attn_sink=attn_sink, out=out_rows,
-           return_lse=True, lse=lse_rows, kv_format="model1", **extra)
+           return_lse=True, lse=lse_rows, kv_format="model1", lens_rows_per_entry=s_q, **extra)
     # An empty row's -inf becomes FlashMLA's +inf in place; NaN (a NaN q head) stays NaN.
     lse_rows.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
     return out, lse_rows.view(batch, s_q, h_q).transpose(1, 2)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import swa_decode
-from conftest import assert_bf16_rounding_of, assert_lse_equal, make_batch, reference, run
+from conftest import (as_numpy, assert_bf16_rounding_of, assert_lse_equal, make_batch, reference,
+                      run)
 from swa_decode.limits import MAX_EXTRA_ENTRIES, MAX_GPU_HEADS
 
 
@@ -337,3 +338,48 @@ def test_reference_is_one_softmax_over_both_sources():
     # the case list: both empty (token 3), window only (1), extra only (2)
     assert (~finite).any() and (torch.isinf(lse_w) & finite).any()
     assert (torch.isinf(lse_x) & finite).any()
+
+
+# ---- lens_rows_per_entry and lens=None (docs/semantics.md, "Valid entries") -----------------
+@pytest.mark.parametrize("path", ["torch", "numpy"])
+def test_one_length_per_group_of_rows_equals_the_length_of_each_row(path):
+    """lens (T / n,) with lens_rows_per_entry = n gives each of n consecutive rows the length of
+    its group: the window's groups of 3, the extra source's of 2, against decode() given the
+    per-row lengths, bit for bit, and the float64 reference. Consecutive groups differ, so
+    lens[t] in place of lens[t / n] would give another result."""
+    window_lens, extra_lens = [16, 16, 16, 3, 3, 3], [0, 0, 24, 24, 5, 5]
+    b = make_batch(T=6, H=4, D=64, W=16, lens=window_lens, lens_dtype=torch.int32, seed=9,
+                   extra=dict(num_blocks=4, block_size=16, W=24, lens=extra_lens,
+                              lens_dtype=torch.int64))
+    per_row_out, per_row_lse = check_against_reference(b)
+    groups = dict(lens=b.lens[::3].contiguous(), lens_rows_per_entry=3,
+                  extra_lens=b.extra.lens[::2].contiguous(), extra_lens_rows_per_entry=2)
+    if path == "torch":
+        out, lse = swa_decode.decode(b.q, b.kv_cache, b.inv_scale, b.indices, groups.pop("lens"),
+                                     block_size=b.block_size, return_lse=True,
+                                     **{**b.extra_kwargs(), **groups})
+    else:
+        args = as_numpy(b)
+        args.update(lens=groups.pop("lens").numpy(),
+                    extra_lens=groups.pop("extra_lens").numpy(), **groups)
+        out, lse = swa_decode.decode(**args, block_size=b.block_size, return_lse=True)
+        out, lse = torch.from_numpy(out.astype("float32")).to(torch.bfloat16), torch.from_numpy(lse)
+    assert torch.equal(out, per_row_out) and torch.equal(lse, per_row_lse)
+
+
+@pytest.mark.parametrize("source", ["window", "extra"])
+def test_no_lens_counts_every_index_column_up_to_the_limit(source):
+    """lens=None (or extra_lens=None): every index column counts, as lengths of the limit do.
+    The columns past each limit are not read (they would add entries, some of them NaN rows)."""
+    b = make_batch(T=4, H=4, D=64, W=16, lens=[16] * 4, spare_index_cols=5, seed=10,
+                   extra=dict(num_blocks=4, block_size=16, W=24, lens=[24] * 4,
+                              spare_index_cols=2))
+    with_lens_out, with_lens_lse = check_against_reference(b)
+    if source == "window":
+        out, lse = swa_decode.decode(b.q, b.kv_cache, b.inv_scale, b.indices, None,
+                                     block_size=b.block_size, window_size=16, return_lse=True,
+                                     **b.extra_kwargs())
+    else:
+        out, lse = run(b, return_lse=True, extra_lens=None)
+    assert not out.isnan().any()
+    assert torch.equal(out, with_lens_out) and torch.equal(lse, with_lens_lse)

@@ -151,7 +151,7 @@ def error_calls():
         for out in (False, True):
             calls[f"partial extra: {case}{', out=' if out else ''}"] = lambda g=given, out=out: (
                 lambda b: test_errors.call(
-                    b, **{k: v for k, v in b.extra_kwargs().items() if k in g},
+                    b, **test_errors.partial_extra(b, g),
                     **({"out": torch.empty_like(b.q)} if out else {})))(error_batch(True))
     for case, (_, _, overrides) in test_errors.DROP_IN_CASES.items():
         calls[f"drop-in: {case}"] = lambda o=overrides: (

@@ -112,9 +112,10 @@ def test_bad_argument(b, case):
 # A source's argument names, by role: the cases below are written once over {kv_cache},
 # {block_size}, ... and run for both sources, as the binding checks both with one function.
 WINDOW = dict(kv_cache="kv_cache", inv_scale="inv_scale", indices="indices", lens="lens",
-              block_size="block_size", window="window_size")
+              block_size="block_size", window="window_size", lens_rows="lens_rows_per_entry")
 EXTRA = dict(kv_cache="extra_kv_cache", inv_scale="extra_inv_scale", indices="extra_indices",
-             lens="extra_lens", block_size="extra_block_size", window="extra_window")
+             lens="extra_lens", block_size="extra_block_size", window="extra_window",
+             lens_rows="extra_lens_rows_per_entry")
 SOURCES = {"window": WINDOW, "extra": EXTRA}
 
 
@@ -184,6 +185,11 @@ SOURCE_CASES = {
                   dict(lens=torch.zeros(3, 1, dtype=I64))),
     "lens stride": (ValueError, ["{lens}.stride(0) must be 1", "got 2"],
                     dict(lens=torch.zeros(6, dtype=I64)[::2])),
+    "lens per 3 rows": (ValueError, ["{lens}.shape[0] * {lens_rows} must equal q.shape[0] "
+                                     "(num_tokens) = 3, got 3 * 3"],
+                        dict(lens=torch.zeros(3, dtype=I64), lens_rows=3)),
+    "lens_rows float": (TypeError, ["{lens_rows} must be an int, got float"],
+                        dict(lens_rows=1.0)),
     "not a tensor": (TypeError, ["{lens} must be a torch.Tensor like q", "list"],
                      dict(lens=[1, 2, 3])),
     "device": (ValueError, ["{kv_cache} must be on q's device cpu, got meta"],
@@ -219,6 +225,10 @@ NATIVE_SOURCE_CASES = {
                             dict(kv_cache=torch.zeros(1, 16, 64, dtype=U8).expand(6, 16, 64))),
     "indices rows broadcast": (["stride_indices_token must be >= 16", "got 0"],
                                dict(indices=torch.zeros(1, 16, dtype=I64).expand(3, 16))),
+    "lens_rows 0": (["lens_rows_per_entry must be in [1, 2147483647], got 0"],
+                    dict(lens_rows=0)),
+    "lens_rows not dividing T": (["lens_rows_per_entry must divide num_tokens = 3", "got 2"],
+                                 dict(lens=None, lens_rows=2)),
 }
 NATIVE_WINDOW_RANGE = {"window": ("window_size", MAX_WINDOW),
                        "extra": ("extra.max_entries", MAX_EXTRA_ENTRIES)}
@@ -251,17 +261,25 @@ def test_window_out_of_range(b, bx, source, window):
 
 
 # ---- the extra source: all or nothing ---------------------------------------------------------
-REQUIRED_EXTRA = ["extra_kv_cache", "extra_inv_scale", "extra_indices", "extra_lens",
-                  "extra_block_size"]
-PARTIAL_EXTRA = {
+REQUIRED_EXTRA = ["extra_kv_cache", "extra_inv_scale", "extra_indices", "extra_block_size"]
+PARTIAL_EXTRA = {  # extra_lens and extra_window are optional: listed when given, never missing
     "cache only": ["extra_kv_cache"],
-    "no lens": ["extra_kv_cache", "extra_inv_scale", "extra_indices", "extra_block_size",
-                "extra_window"],
+    "lens only": ["extra_lens"],
+    "lens rows only": ["extra_lens_rows_per_entry"],
+    "no scales": ["extra_kv_cache", "extra_indices", "extra_lens", "extra_block_size",
+                  "extra_window"],
     "no block_size": ["extra_kv_cache", "extra_inv_scale", "extra_indices", "extra_lens"],
     "window only": ["extra_window"],
     "block_size only": ["extra_block_size"],
     "no cache": ["extra_inv_scale", "extra_indices", "extra_lens", "extra_block_size"],
 }
+
+
+def partial_extra(b, given, numpy=False):
+    """The extra_* arguments of `given` for the batch's extra source (as numpy arrays with numpy);
+    extra_lens_rows_per_entry is 1."""
+    tensors = as_numpy(b) if numpy else b.extra_kwargs()
+    return {k: v for k, v in {**tensors, "extra_lens_rows_per_entry": 1}.items() if k in given}
 
 
 def missing_message(given):
@@ -273,7 +291,7 @@ def missing_message(given):
 @pytest.mark.parametrize("path", ["decode", "decode_out", "op", "numpy"])
 def test_partial_extra_source_names_what_is_missing(bx, case, path):
     given = PARTIAL_EXTRA[case]
-    extra = {k: v for k, v in bx.extra_kwargs().items() if k in given}
+    extra = partial_extra(bx, given)
     with pytest.raises(ValueError) as info:
         if path == "decode":
             call(bx, **extra)
@@ -284,11 +302,11 @@ def test_partial_extra_source_names_what_is_missing(bx, case, path):
                                         None, 16, 0.125, 16, False, **extra)
         else:
             numpy_args = {k: v for k, v in as_numpy(bx).items() if not k.startswith("extra_")}
-            swa_decode.decode(**numpy_args, block_size=16,
-                              **{k: v for k, v in as_numpy(bx).items() if k in given})
+            swa_decode.decode(**numpy_args, block_size=16, **partial_extra(bx, given, numpy=True))
     message = str(info.value)
     assert message.startswith("an extra source needs extra_kv_cache, extra_inv_scale, "
-                              "extra_indices, extra_lens and extra_block_size"), message
+                              "extra_indices and extra_block_size (extra_lens, extra_window and "
+                              "extra_lens_rows_per_entry are optional)"), message
     assert message.endswith(missing_message(given)), message
 
 

@@ -254,6 +254,56 @@ def test_every_column_counts_without_topk_length(dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("s_q", [2, 3])
+@pytest.mark.parametrize("with_lengths", [True, False])
+def test_lengths_read_in_place_equal_explicit_per_row_lengths(with_lengths, s_q, device):
+    """flash_mla reads topk_length (b,) in place for all s_q rows of a batch row
+    (lens_rows_per_entry = s_q) and None as "every column counts" (no lens): out and lse equal,
+    bit for bit, decode() given the per-row lengths flash_mla once allocated, (b * s_q,) int32,
+    the repeat of each length or topk in every row; in both sources. And both match the float64
+    reference."""
+    gen = torch.Generator().manual_seed(40 + s_q + 10 * with_lengths)
+    batch, topk, extra_topk, h_q, block_size = 3, 24, 6, 16, 64
+    live = list(range(0, 3 * block_size, 3))
+    cache = filled_cache(gen, 4, block_size, live)
+    extra_live = [1, 2, 3]
+    extra = filled_cache(gen, 2, 2, extra_live, extra_rows=1)
+    lens = torch.tensor([topk, 0, 7], dtype=torch.int32) if with_lengths else None
+    extra_lens = torch.tensor([2, 6, 0], dtype=torch.int32) if with_lengths else None
+    indices = random_indices(gen, batch, s_q, topk, live, lens, dead_slot=1)
+    extra_indices = random_indices(gen, batch, s_q, extra_topk, extra_live, extra_lens,
+                                   dead_slot=0)
+    q = make_q(gen, batch, s_q, h_q)
+    sink = torch.randn(h_q, generator=gen, dtype=torch.float32)
+    window_view, extra_view = cache.view(device=device), extra.view(device=device)
+    out, lse = call(on(device, q), window_view, on(device, indices), topk_length=on(device, lens),
+                    attn_sink=on(device, sink), extra_k_cache=extra_view,
+                    extra_indices_in_kvcache=on(device, extra_indices),
+                    extra_topk_length=on(device, extra_lens))
+
+    def per_row(lengths, columns):
+        if lengths is None:
+            return torch.full((batch * s_q,), columns, dtype=torch.int32)
+        return lengths.repeat_interleave(s_q)
+
+    rows = batch * s_q
+    explicit_out, explicit_lse = swa_decode.decode(
+        on(device, q).view(rows, h_q, D), window_view[:, :, 0], None,
+        on(device, indices).view(rows, topk), on(device, per_row(lens, topk)),
+        block_size=block_size, scale=512 ** -0.5, attn_sink=on(device, sink), return_lse=True,
+        kv_format="model1", extra_kv_cache=extra_view[:, :, 0],
+        extra_indices=on(device, extra_indices).view(rows, extra_topk),
+        extra_lens=on(device, per_row(extra_lens, extra_topk)), extra_block_size=2,
+        extra_kv_format="model1")
+    assert torch.equal(out.view(rows, h_q, D), explicit_out)
+    flash_mla_lse = lse.transpose(1, 2).reshape(rows, h_q)
+    assert torch.equal(flash_mla_lse, explicit_lse.nan_to_num(posinf=math.inf, neginf=math.inf))
+    check_against_reference(out, lse, q, [(cache, indices, lens), (extra, extra_indices,
+                                                                   extra_lens)],
+                            512 ** -0.5, sink)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_empty_row_gets_zero_and_lse_plus_inf(device):
     gen = torch.Generator().manual_seed(3)
     cache = filled_cache(gen, 2, 4, [0, 3, 4])
@@ -429,7 +479,7 @@ def test_decode_format_errors():
     with pytest.raises(TypeError, match="must have dtype uint8, int8 or float8_e4m3fn"):
         swa_decode.decode(q, torch.zeros(2, 4, 584, dtype=torch.float16), None, indices, lens,
                           block_size=4, kv_format="model1")
-    missing = "missing extra_lens, extra_block_size (given: extra_kv_cache, extra_indices)"
+    missing = "missing extra_block_size (given: extra_kv_cache, extra_indices)"
     with pytest.raises(ValueError, match=re.escape(missing)):
         swa_decode.decode(q, kv, None, indices, lens, block_size=4, kv_format="model1",
                           extra_kv_cache=kv, extra_indices=indices, extra_kv_format="model1")
@@ -489,16 +539,33 @@ def allocator_counts():
     return stats["allocation.all.allocated"], stats.get("requested_bytes.all.allocated")
 
 
+def batch_rows(case, s_q, with_lengths):
+    """vllm_case's q, ids and lengths (T = 5 rows, s_q = 1) as a call with s_q query rows a batch
+    row: its first 4 rows as 4 / s_q batch rows, each batch row's length the shortest of its rows'
+    (no poisoned column is read), or no lengths at all, the poisoned slot's ids (slot 1, past a
+    row's length) then made -1."""
+    q, _, _, (indices, lens), (extra_indices, extra_lens), _ = case
+    rows, batch = 4, 4 // s_q
+    if with_lengths:
+        lengths = [x[:rows].view(batch, s_q).amin(dim=1) for x in (lens, extra_lens)]
+    else:
+        lengths = [None, None]
+        indices, extra_indices = (torch.where(x == 1, -1, x) for x in (indices, extra_indices))
+    return (q[:rows].reshape(batch, s_q, *q.shape[2:]), indices[:rows].reshape(batch, s_q, -1),
+            lengths[0], extra_indices[:rows].reshape(batch, s_q, -1), lengths[1])
+
+
 @needs_cuda
-def test_calls_allocate_nothing_beyond_out_and_lse():
+@pytest.mark.parametrize("s_q,with_lengths", [(1, True), (2, True), (1, False), (2, False)])
+def test_calls_allocate_nothing_beyond_out_and_lse(s_q, with_lengths):
     """With out= given, flash_mla_with_kvcache allocates its lse alone, (b * s_q, h_q) fp32, per
-    call; without, out too; decode(..., out=, lse=) allocates nothing. (s_q = 1 with lengths given,
-    as engines call it: s_q > 1 or a missing length adds the per-row lengths, flash_mla.py says.)"""
+    call; without, out too; decode(..., out=, lse=) allocates nothing. Whatever s_q, and with or
+    without lengths: (b,) lengths are read in place for all s_q rows, None is no lens."""
     heads, calls = 64, 20
-    q, window_cache, compressed_cache, (indices, lens), (extra_indices, extra_lens), sink = \
-        vllm_case(torch.Generator().manual_seed(31), heads)
-    q, indices, lens, extra_indices, extra_lens, sink = on("cuda", q, indices, lens, extra_indices,
-                                                           extra_lens, sink)
+    case = vllm_case(torch.Generator().manual_seed(31), heads)
+    window_cache, compressed_cache, sink = case[1], case[2], case[5]
+    q, indices, lens, extra_indices, extra_lens = on("cuda", *batch_rows(case, s_q, with_lengths))
+    sink = sink.cuda()
     window_view = window_cache.view(device="cuda")
     compressed_view = compressed_cache.view(device="cuda")
     out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
@@ -516,10 +583,11 @@ def test_calls_allocate_nothing_beyond_out_and_lse():
     def decode_in_place():
         swa_decode.decode(rows_q, window_view[:, :, 0], None, indices.view(-1, indices.shape[-1]),
                           lens, block_size=64, attn_sink=sink, out=rows_out, return_lse=True,
-                          lse=rows_lse, kv_format="model1",
+                          lse=rows_lse, kv_format="model1", lens_rows_per_entry=s_q,
                           extra_kv_cache=compressed_view[:, :, 0],
                           extra_indices=extra_indices.view(-1, extra_indices.shape[-1]),
-                          extra_lens=extra_lens, extra_block_size=64, extra_kv_format="model1")
+                          extra_lens=extra_lens, extra_lens_rows_per_entry=s_q,
+                          extra_block_size=64, extra_kv_format="model1")
 
     for fn, allocations, requested in ((lambda: flash_mla(out=out), 1, lse_bytes),
                                        (flash_mla, 2, lse_bytes + out_bytes),

@@ -195,7 +195,7 @@ KvSource window_source(const DecodeArgs& a) {
                   .inv_scale = a.inv_scale, .inv_scale_dtype = a.inv_scale_dtype, .num_scales = a.num_scales,
                   .indices = a.indices, .index_dtype = a.index_dtype, .index_cols = a.index_cols,
                   .stride_indices_token = a.stride_indices_token, .lens = a.lens, .lens_dtype = a.lens_dtype,
-                  .max_entries = a.window_size, .format = a.kv_format};
+                  .lens_rows_per_entry = a.lens_rows_per_entry, .max_entries = a.window_size, .format = a.kv_format};
 }
 
 // Every rule of one source: shapes (block_size and max_entries fit the int32 fields of
@@ -216,6 +216,12 @@ Status check_source(const KvSource& src, const SourceNames& names, int64_t head_
   if (!(s = check_range(name("num_blocks"), src.num_blocks, 1, kInt64Max)).ok()) return s;
   if (!(s = check_range(name("block_size"), src.block_size, 1, kInt32Max)).ok()) return s;
   if (!(s = check_range(names.max_entries, src.max_entries, 1, names.max_entries_limit)).ok()) return s;
+  if (!(s = check_range(name("lens_rows_per_entry"), src.lens_rows_per_entry, 1, kInt32Max)).ok()) return s;
+  if (num_tokens % src.lens_rows_per_entry != 0) {
+    return invalid(name("lens_rows_per_entry"), " must divide num_tokens = ", num_tokens, " (",
+                   name("lens"), " holds one length per ", name("lens_rows_per_entry"),
+                   " consecutive tokens), got ", src.lens_rows_per_entry);
+  }
   if (src.num_blocks > kInt64Max / src.block_size) {
     return invalid(name("num_blocks"), " * ", name("block_size"), " must fit in int64, got ", name("num_blocks"),
                    " = ", src.num_blocks, " and ", name("block_size"), " = ", src.block_size);
@@ -247,7 +253,8 @@ Status check_source(const KvSource& src, const SourceNames& names, int64_t head_
                                      known_dtype_name(src.inv_scale_dtype))).ok()) return s;
   if (!(s = check_pointer(name("indices"), src.indices, has_tokens, per_token, dtype_bytes(src.index_dtype),
                           known_dtype_name(src.index_dtype))).ok()) return s;
-  if (!(s = check_pointer(name("lens"), src.lens, has_tokens, per_token, dtype_bytes(src.lens_dtype),
+  // lens may be null (every index column counts), for any num_tokens.
+  if (!(s = check_pointer(name("lens"), src.lens, false, "", dtype_bytes(src.lens_dtype),
                           known_dtype_name(src.lens_dtype))).ok()) return s;
 
   const std::array<StridedDim, 2> cache_dims{{{name("stride_kv_block"), src.num_blocks, src.stride_kv_block},
@@ -272,6 +279,7 @@ KvSourceParams source_params(const KvSource& src, int64_t num_tokens) {
       .num_slots = src.num_blocks * src.block_size,
       .block_size = static_cast<int32_t>(src.block_size),
       .max_entries = static_cast<int32_t>(src.max_entries),
+      .lens_rows_per_entry = static_cast<int32_t>(src.lens_rows_per_entry),
       .inv_scale_is_f32 = src.inv_scale_dtype == DType::kFloat32 ? 1 : 0,
       .index_is_i64 = src.index_dtype == DType::kInt64 ? 1 : 0,
       .lens_is_i64 = src.lens_dtype == DType::kInt64 ? 1 : 0,

@@ -15,13 +15,14 @@ struct KvSourceParams {
   const uint8_t* kv_cache;       // [num_blocks, block_size, D] e4m3 bytes, unit stride in D; nullptr = no source
   const void* inv_scale;         // [num_slots] bf16 (inv_scale_is_f32 == 0) or fp32
   const void* indices;           // [T, >= max_entries] int32 (index_is_i64 == 0) or int64
-  const void* lens;              // [T] int32 (lens_is_i64 == 0) or int64
+  const void* lens;              // [T / lens_rows_per_entry] int32 (lens_is_i64 == 0) or int64; nullptr = all columns
   int64_t stride_kv_block;       // bytes (= elements of e4m3)
   int64_t stride_kv_token;
   int64_t stride_indices_token;  // elements
   int64_t num_slots;             // num_blocks * block_size: ids outside [0, num_slots) are no entry
   int32_t block_size;
   int32_t max_entries;           // index columns a token may use: window_size for the window
+  int32_t lens_rows_per_entry;   // consecutive tokens one lens entry covers: token t reads lens[t / n]
   int32_t inv_scale_is_f32;
   int32_t index_is_i64;
   int32_t lens_is_i64;

@@ -12,9 +12,14 @@
 
 namespace swa_decode {
 
+// A token's length in `src` (docs/semantics.md, "Valid entries"): lens[token / lens_rows_per_entry],
+// one division per token and source, outside every per-entry loop. No lens: every index column
+// counts; index_cols >= max_entries, so max_entries is what columns_in_window keeps of it either way.
 __device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, int token) {
-  return src.lens_is_i64 ? static_cast<const int64_t*>(src.lens)[token]
-                         : static_cast<int64_t>(static_cast<const int32_t*>(src.lens)[token]);
+  if (src.lens == nullptr) return src.max_entries;
+  const int entry = token / src.lens_rows_per_entry;
+  return src.lens_is_i64 ? static_cast<const int64_t*>(src.lens)[entry]
+                         : static_cast<int64_t>(static_cast<const int32_t*>(src.lens)[entry]);
 }
 
 __device__ __forceinline__ int64_t load_slot_id(const KvSourceParams& src, int token, int column) {

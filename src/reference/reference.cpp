@@ -49,7 +49,10 @@ void append_model1_row(const uint8_t* block, int64_t block_size, int64_t offset,
 template <class Source>
 void append_valid_rows(const Source& src, int64_t max_entries, KvFormat format, int64_t head_dim, int64_t t,
                        std::vector<double>& k) {
-  const int64_t len = read_int(src.lens, src.lens_dtype, t);
+  // "Valid entries": one lens entry per lens_rows_per_entry consecutive tokens; without lens, every
+  // index column counts.
+  const int64_t len = src.lens == nullptr ? src.index_cols
+                                          : read_int(src.lens, src.lens_dtype, t / src.lens_rows_per_entry);
   const int64_t columns = std::min(std::max<int64_t>(len, 0), max_entries);
   const int64_t num_slots = src.num_blocks * src.block_size;
   const auto* cache = static_cast<const uint8_t*>(src.kv_cache);

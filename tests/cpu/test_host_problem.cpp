@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "src/reference/reference.h"
@@ -94,6 +95,27 @@ TEST(HostProblem, PoisonsEverythingNoEntryNames) {
       EXPECT_EQ(q[e], kBf16PoisonBits) << "q padding " << e;
     }
   }
+}
+
+TEST(HostProblem, LensPerRowsHoldOneLengthPerGroupInEachSourcesDtype) {
+  ProblemShape shape{.num_tokens = 6, .lens_dtype = DType::kInt64};
+  shape.extra = ExtraShape{.lens_dtype = DType::kInt32};
+  HostProblem p(shape, 3);
+  const std::vector<int64_t> window = {4, 4, 4, -1, -1, -1}, extra = {0, 0, 3, 3, 2, 2};
+  for (int64_t t = 0; t < 6; ++t) {
+    p.set_len(t, window[t]);
+    p.set_len(t, extra[t], Source::kExtra);
+  }
+  const DecodeArgs a = p.args_with_lens_per_rows(3, 2);
+  EXPECT_EQ(a.lens_rows_per_entry, 3);
+  EXPECT_EQ(a.extra.lens_rows_per_entry, 2);
+  EXPECT_EQ(std::vector<int64_t>(static_cast<const int64_t*>(a.lens), static_cast<const int64_t*>(a.lens) + 2),
+            (std::vector<int64_t>{4, -1}));
+  const auto* x = static_cast<const int32_t*>(a.extra.lens);
+  EXPECT_EQ(std::vector<int32_t>(x, x + 3), (std::vector<int32_t>{0, 3, 2}));
+  EXPECT_EQ(p.args().lens_rows_per_entry, 1);  // args() keeps one length per token
+  EXPECT_THROW(p.args_with_lens_per_rows(3, 3), std::invalid_argument);  // tokens 2 and 0 differ
+  EXPECT_THROW(p.args_with_lens_per_rows(4, 2), std::invalid_argument);  // 4 does not divide 6
 }
 
 TEST(HostProblem, ReproducesFromItsSeed) {

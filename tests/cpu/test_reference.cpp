@@ -112,11 +112,16 @@ DenseSource dense_source(const Source& s, int64_t max_entries, KvFormat format, 
     for (int64_t d = 0; d < D; ++d) r.k_all[slot * D + d] = e4m3_via_binary32(row[d]) * inv_scale;
   }
   // The window rule re-derived from docs/semantics.md on purpose (not src/common/window_rule.h):
-  // this is the reference's independent oracle.
+  // this is the reference's independent oracle. Tokens [e * n, (e + 1) * n) share lens entry e; no
+  // lens is a length of every index column.
   r.named.assign(T * max_entries, nullptr);
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t len = s.lens_dtype == DType::kInt64 ? static_cast<const int64_t*>(s.lens)[t]
-                                                      : static_cast<const int32_t*>(s.lens)[t];
+    int64_t len = s.index_cols;
+    if (s.lens != nullptr) {
+      const int64_t e = t / s.lens_rows_per_entry;
+      len = s.lens_dtype == DType::kInt64 ? static_cast<const int64_t*>(s.lens)[e]
+                                          : static_cast<const int32_t*>(s.lens)[e];
+    }
     for (int64_t c = 0; c < max_entries; ++c) {
       const int64_t e = t * s.stride_indices_token + c;
       const int64_t id = s.index_dtype == DType::kInt64 ? static_cast<const int64_t*>(s.indices)[e]
@@ -799,6 +804,93 @@ TEST(ReferenceExtra, ExtraColumnsPastItsLimitAndIdsPastItsSlotsAreNeverRead) {
   for (double v : r.out) EXPECT_FALSE(std::isnan(v));
   for (double v : r.lse) EXPECT_TRUE(std::isfinite(v));
   expect_matches_dense(a, "extra columns and ids out of range");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lengths ("Valid entries"): one lens entry for lens_rows_per_entry consecutive tokens, or no lens
+
+TEST(ReferenceLens, OneLengthPerGroupOfTokensIsTheLengthOfEachOfThem) {
+  // T = 12 tokens, the window's lengths shared by groups of n_w and the extra source's by groups of
+  // n_x. Consecutive groups get different lengths (-1, 0, 1, limit - 1, limit, limit + 1 in turn),
+  // so a reader of lens[t] instead of lens[t / n] sees another group's length.
+  int cases = 0;
+  for (const auto& [n_w, n_x] : std::vector<std::pair<int64_t, int64_t>>{{3, 4}, {2, 1}, {1, 6}, {12, 2}, {4, 12}}) {
+    for (const uint64_t seed : {1, 2}) {
+      const int64_t W = 5, X = 4;
+      ProblemShape shape{.num_tokens = 12, .num_heads = 3, .head_dim = 8, .num_blocks = 4, .block_size = 3,
+                         .window_size = W, .index_cols = W + 2,
+                         .index_dtype = seed == 1 ? DType::kInt32 : DType::kInt64,
+                         .lens_dtype = seed == 1 ? DType::kInt64 : DType::kInt32};
+      shape.extra = testing::ExtraShape{.num_blocks = 3, .block_size = 2, .max_entries = X, .index_cols = X + 3,
+                                        .lens_dtype = seed == 1 ? DType::kInt32 : DType::kInt64};
+      HostProblem p(shape, seed);
+      const int64_t S = p.num_slots(), S_x = p.num_slots(Source::kExtra);
+      const ColumnDraw window{.source = Source::kWindow, .max_entries = W, .index_cols = shape.index_cols,
+                              .real_slots = S - 1, .poisoned_slot = S - 1, .past_id = S + 7};
+      const ColumnDraw extra{.source = Source::kExtra, .max_entries = X, .index_cols = shape.extra->index_cols,
+                             .real_slots = S_x - 1, .poisoned_slot = S_x - 1, .past_id = S_x + 3};
+      const std::vector<int64_t> window_kinds = {W, -1, 0, 1, W - 1, W + 1};
+      const std::vector<int64_t> extra_kinds = {X - 1, X, 1, -1, X + 1, 0};
+      for (int64_t t = 0; t < shape.num_tokens; ++t) {
+        draw_columns(p, window, t, window_kinds[(t / n_w) % window_kinds.size()]);
+        draw_columns(p, extra, t, extra_kinds[(t / n_x) % extra_kinds.size()]);
+      }
+      maybe_set_sinks(p, seed);
+      const DecodeArgs per_token = p.args();
+      const DecodeArgs per_group = p.args_with_lens_per_rows(n_w, n_x);
+      const std::string label = "n_w=" + std::to_string(n_w) + " n_x=" + std::to_string(n_x) + " seed " +
+                                std::to_string(seed);
+      ASSERT_TRUE(validate_args(per_group).ok()) << label << ": " << validate_args(per_group).message;
+      expect_same_result(per_group, per_token, label.c_str());
+      expect_matches_dense(per_group, label.c_str());
+      // A source's group lengths read one per token (lens[t], not lens[t / n]) are another problem
+      // on its first groups: the case can tell them apart.
+      for (const bool misread_window : {true, false}) {
+        const int64_t n = misread_window ? n_w : n_x;
+        const int64_t groups = shape.num_tokens / n;
+        if (n == 1 || groups == 1) continue;
+        DecodeArgs misread = per_group;
+        (misread_window ? misread.lens_rows_per_entry : misread.extra.lens_rows_per_entry) = 1;
+        misread.num_tokens = groups;
+        DecodeArgs first_tokens = per_token;
+        first_tokens.num_tokens = groups;
+        EXPECT_NE(reference::compute(misread).lse, reference::compute(first_tokens).lse)
+            << label << (misread_window ? ": window" : ": extra source");
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 10);
+}
+
+TEST(ReferenceLens, NoLensCountsEveryIndexColumnUpToTheLimit) {
+  // Index columns past each limit name a poisoned slot: counting them would make the result NaN.
+  const int64_t W = 4, X = 3;
+  ProblemShape shape{.num_tokens = 3, .num_heads = 2, .head_dim = 8, .num_blocks = 4, .block_size = 3,
+                     .window_size = W, .index_cols = W + 3};
+  shape.extra = testing::ExtraShape{.num_blocks = 3, .block_size = 2, .max_entries = X, .index_cols = X + 2};
+  HostProblem p(shape, 5);
+  const int64_t S = p.num_slots(), S_x = p.num_slots(Source::kExtra);
+  const ColumnDraw window{.source = Source::kWindow, .max_entries = W, .index_cols = shape.index_cols,
+                          .real_slots = S - 1, .poisoned_slot = S - 1, .past_id = S + 7};
+  const ColumnDraw extra{.source = Source::kExtra, .max_entries = X, .index_cols = shape.extra->index_cols,
+                         .real_slots = S_x - 1, .poisoned_slot = S_x - 1, .past_id = S_x + 3};
+  for (int64_t t = 0; t < shape.num_tokens; ++t) {
+    draw_columns(p, window, t, std::numeric_limits<int32_t>::max());
+    draw_columns(p, extra, t, std::numeric_limits<int32_t>::max());
+  }
+  p.set_sink({0.5f, -std::numeric_limits<float>::infinity()});
+  const DecodeArgs with_lens = p.args();
+  for (const bool window_lens : {false, true}) {
+    DecodeArgs a = with_lens;
+    if (!window_lens) a.lens = nullptr;
+    if (window_lens) a.extra.lens = nullptr;
+    a.lens_rows_per_entry = 3;  // unused without lens, and harmless with them: every length is the same
+    const char* label = window_lens ? "no extra.lens" : "no lens";
+    ASSERT_TRUE(validate_args(a).ok()) << label << ": " << validate_args(a).message;
+    expect_same_result(a, with_lens, label);
+    expect_matches_dense(a, label);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

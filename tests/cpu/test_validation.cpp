@@ -125,6 +125,37 @@ TEST(Validation, StridesOfSizeOneDimensionsAreIgnored) {
   EXPECT_TRUE(decode(a).ok());
 }
 
+// lens may be absent in either source (every index column counts) and may hold one length per
+// lens_rows_per_entry tokens when that divides T; make_params passes both as they are.
+TEST(Validation, AbsentLensAndLensCoveringSeveralTokensPass) {
+  ProblemShape s = shape_with_extra();
+  s.num_tokens = 6;
+  HostProblem p(s, 17);
+  DecodeArgs a = p.args();
+  a.lens = nullptr;
+  a.extra.lens_rows_per_entry = 3;
+  ASSERT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  DecodeParams params = make_params(a);
+  EXPECT_EQ(params.window.lens, nullptr);
+  EXPECT_EQ(params.window.lens_rows_per_entry, 1);
+  EXPECT_EQ(params.extra.lens, a.extra.lens);
+  EXPECT_EQ(params.extra.lens_rows_per_entry, 3);
+  EXPECT_TRUE(decode(a).ok());
+
+  a = p.args();
+  a.lens_rows_per_entry = 6;
+  a.extra.lens = nullptr;
+  a.extra.lens_rows_per_entry = 4;  // ignored nowhere: it must still divide T
+  EXPECT_NE(validate_args(a).message.find("extra.lens_rows_per_entry must divide num_tokens = 6"), std::string::npos)
+      << validate_args(a).message;
+  a.extra.lens_rows_per_entry = 2;
+  ASSERT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  params = make_params(a);
+  EXPECT_EQ(params.window.lens_rows_per_entry, 6);
+  EXPECT_EQ(params.extra.lens, nullptr);
+  EXPECT_EQ(params.extra.lens_rows_per_entry, 2);
+}
+
 TEST(Validation, ZeroTokensIsAValidNoOpEvenWithNullPerTokenPointers) {
   HostProblem p(small_shape(), 5);
   DecodeArgs a = p.args();
@@ -170,7 +201,12 @@ TEST(Validation, EveryBadArgumentNamesFieldExpectedAndActual) {
       {"inv_scale null", [](DecodeArgs& a) { a.inv_scale = nullptr; }, {"inv_scale must be non-null", "got nullptr"}},
       {"q null", [](DecodeArgs& a) { a.q = nullptr; }, {"q must be non-null when num_tokens > 0", "got nullptr"}},
       {"indices null", [](DecodeArgs& a) { a.indices = nullptr; }, {"indices must be non-null", "got nullptr"}},
-      {"lens null", [](DecodeArgs& a) { a.lens = nullptr; }, {"lens must be non-null", "got nullptr"}},
+      {"lens_rows_per_entry 0", [](DecodeArgs& a) { a.lens_rows_per_entry = 0; },
+       {"lens_rows_per_entry must be in [1, 2147483647], got 0"}},
+      {"lens_rows_per_entry > int32", [](DecodeArgs& a) { a.lens_rows_per_entry = int64_t{1} << 31; },
+       {"lens_rows_per_entry must be in [1, 2147483647], got 2147483648"}},
+      {"lens_rows_per_entry does not divide T", [](DecodeArgs& a) { a.lens_rows_per_entry = 3; },
+       {"lens_rows_per_entry must divide num_tokens = 2", "got 3"}},
       {"out null", [](DecodeArgs& a) { a.out = nullptr; }, {"out must be non-null", "got nullptr"}},
       {"q misaligned", [](DecodeArgs& a) { a.q = static_cast<const char*>(a.q) + 1; }, {"q must be aligned to 2 bytes", "got address 0x"}},
       {"out misaligned", [](DecodeArgs& a) { a.out = static_cast<char*>(a.out) + 1; }, {"out must be aligned to 2 bytes"}},
@@ -230,8 +266,11 @@ TEST(Validation, EveryBadExtraSourceArgumentNamesExtraFieldExpectedAndActual) {
        {"extra.inv_scale must be non-null, got nullptr"}},
       {"extra.indices null", [](DecodeArgs& a) { a.extra.indices = nullptr; },
        {"extra.indices must be non-null when num_tokens > 0, got nullptr"}},
-      {"extra.lens null", [](DecodeArgs& a) { a.extra.lens = nullptr; },
-       {"extra.lens must be non-null when num_tokens > 0, got nullptr"}},
+      {"extra.lens_rows_per_entry -1", [](DecodeArgs& a) { a.extra.lens_rows_per_entry = -1; },
+       {"extra.lens_rows_per_entry must be in [1, 2147483647], got -1"}},
+      {"extra.lens_rows_per_entry does not divide T", [](DecodeArgs& a) { a.extra.lens_rows_per_entry = 4; },
+       {"extra.lens_rows_per_entry must divide num_tokens = 2 (extra.lens holds one length per "
+        "extra.lens_rows_per_entry consecutive tokens), got 4"}},
       {"extra fp32 scale misaligned",
        [](DecodeArgs& a) {
          a.extra.inv_scale_dtype = DType::kFloat32;

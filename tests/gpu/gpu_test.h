@@ -16,6 +16,8 @@
 #include "src/api/validate.h"
 #include "testing/batch.h"
 #include "testing/check.h"
+#include "testing/cuda_check.h"
+#include "testing/device_args.h"
 #include "testing/device_batch.h"
 #include "testing/device_buffer.h"
 #include "testing/kernel_under_test.h"
@@ -39,6 +41,13 @@ inline std::string describe(const BatchOptions& o) {
   }
   return text;
 }
+
+// What a run of host-built arguments produced: out as bf16 bits and lse, in the layout of the
+// arguments (DeviceArgs::out / lse).
+struct Produced {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
 
 class GpuTest : public ::testing::Test {
  protected:
@@ -72,6 +81,20 @@ class GpuTest : public ::testing::Test {
   }
 
   Status run_decode(const DecodeArgs& args) const { return decode_on(kernel_, args); }
+
+  // Mirrors `host` (e.g. a HostProblem's args()) onto the device and runs it on the kernel under
+  // test; false if the case was skipped or decode failed (the failure is recorded). `got` holds its
+  // out and lse.
+  bool run_on_device(const DecodeArgs& host, Produced& got) {
+    const DeviceArgs device(host);
+    if (!admit(device.args())) return false;
+    const Status status = run_decode(device.args());
+    EXPECT_TRUE(status.ok()) << status.message;
+    SWAD_TESTING_CUDA_CHECK(cudaDeviceSynchronize());
+    got.out = device.out();
+    got.lse = device.lse();
+    return status.ok();
+  }
 
   // One case on `batch`: uploads it, runs decode on pre-poisoned outputs and compares `tokens`
   // (all of them when empty) with the reference, computed on `threads` threads; every token is

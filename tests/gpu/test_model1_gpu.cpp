@@ -274,11 +274,7 @@ Exact exact_result(const DecodeArgs& host) {
   return exact;
 }
 
-// What a run produced: out as bf16 bits in the layout of the arguments, lse likewise.
-struct Produced {
-  std::vector<uint16_t> out;
-  std::vector<float> lse;
-};
+using st::Produced;  // what a run produced (tests/gpu/gpu_test.h)
 
 // The outcome of comparing a run with the exact result: the counts and the first few failures.
 struct Verdict {
@@ -363,19 +359,6 @@ std::set<std::pair<int64_t, int64_t>> poison_q_heads(st::HostProblem& p, int64_t
 
 class Model1Gpu : public st::GpuTest {
  protected:
-  // Runs `args` (host) on the kernel under test; false if the case was skipped. `got` holds its
-  // out and lse.
-  bool run_on_device(const DecodeArgs& host, Produced& got) {
-    const st::DeviceArgs device(host);
-    if (!admit(device.args())) return false;
-    const swa_decode::Status status = run_decode(device.args());
-    EXPECT_TRUE(status.ok()) << status.message;
-    SWAD_TESTING_CUDA_CHECK(cudaDeviceSynchronize());
-    got.out = device.out();
-    got.lse = device.lse();
-    return status.ok();
-  }
-
   // A whole random case against the reference, with sinks and NaN q heads.
   void expect_case_matches_reference(const CaseSpec& spec) {
     CaseBuilder builder(spec);

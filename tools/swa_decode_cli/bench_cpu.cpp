@@ -20,7 +20,8 @@ bool run_bench_cpu(const BenchOptions& o, BenchReport& report) {
   const int64_t heads = std::min<int64_t>(o.num_heads, 16);
   report.device = "none (no CUDA device; CPU reference backend)";
   std::printf("swa-decode bench: NO CUDA DEVICE FOUND. Running the CPU backend (Backend::kCpu, the float64\n"
-              "reference) on a small batch instead: T = %lld, H = %lld, W = %lld, D = %lld (--tokens is ignored).\n"
+              "reference) on a small batch instead: T = %lld, H = %lld, W = %lld, D = %lld, one call (--tokens and\n"
+              "--calls-per-graph are ignored).\n"
               "This checks the argument path, the poisoning and the bf16/lse outputs; it is not a benchmark and\n"
               "no timing is meaningful, so none is reported (nor any floor). commit %s%s, library %s\n",
               static_cast<long long>(kTokens), static_cast<long long>(heads),

@@ -26,8 +26,6 @@ namespace {
 
 namespace st = swa_decode::testing;
 
-constexpr int64_t kMaxInputSets = 4096;
-
 struct DeviceFacts {
   std::string name;
   int64_t l2_bytes = 0;
@@ -61,12 +59,17 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
                                   const FloorRates& rates, cudaStream_t stream) {
   // Enough sets that one round of replays touches > 2x L2, so no replay finds its inputs cached:
   // per row q and out, and per window or extra entry its cache bytes (a row and a bf16 scale, or a
-  // MODEL1 row and its scale row) and an id.
+  // MODEL1 row and its scale row) and an id. A graph of calls_per_graph calls reads that many sets
+  // (a model's layers, each its own inputs); at least two graphs, so consecutive replays differ.
   const int64_t index_bytes = o.index_dtype == DType::kInt32 ? 4 : 8;
   const int64_t entries = o.window_size + st::expected_extra_entries(o.layer, o.num_heads);
   const int64_t entry_bytes = st::entry_cache_bytes(o.layer.format, kGpuHeadDim, DType::kBFloat16) + index_bytes;
   const int64_t est_set_bytes = T * (4 * o.num_heads * kGpuHeadDim + entries * entry_bytes);
-  const int64_t sets = std::clamp<int64_t>((2 * device.l2_bytes + est_set_bytes - 1) / est_set_bytes, 2, kMaxInputSets);
+  const int64_t calls = o.calls_per_graph;
+  const int64_t est_graph_bytes = est_set_bytes * calls;
+  const int64_t graphs =
+      std::clamp<int64_t>((2 * device.l2_bytes + est_graph_bytes - 1) / est_graph_bytes, 2, kMaxInputSets / calls);
+  const int64_t sets = graphs * calls;
 
   const st::BatchOptions bo = st::layer_options(o.layer, T * sets, o.num_heads, o.window_size, o.index_dtype,
                                                 o.seed + static_cast<uint64_t>(T));
@@ -86,19 +89,19 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
                 st::layer_name(o.layer.kind), st::format_name(o.layer.format), support.why_not.c_str());
     return std::nullopt;
   }
-  st::DecodeGraphs graphs(set_args, stream, kernel);
+  st::DecodeGraphs graph_set(set_args, stream, kernel, calls);
 
-  // Correctness of what the graphs compute: outputs poisoned, every set replayed once.
+  // Correctness of what the graphs compute: outputs poisoned, every graph (so every call) replayed once.
   st::poison_outputs(device_batch, stream);
-  graphs.replay_all();
+  graph_set.replay_all();
   const st::Outputs outputs = st::download_outputs(device_batch);
   const std::vector<int64_t> checked =
       st::budgeted_tokens(batch, kBenchReferenceMacs, o.check_tokens, bo.seed ^ 0x5eed);
   const st::CheckReport check = st::check_outputs(batch, outputs, checked, {}, st::host_threads());
   if (!check.ok) std::printf("T = %lld: %s\n%s", static_cast<long long>(T), check.summary().c_str(), check.failures.c_str());
 
-  const st::GraphTiming timing = graphs.time();
-  const double seconds = timing.median_us * 1e-6;
+  const st::GraphTiming timing = graph_set.time();
+  const double seconds = timing.median_us / static_cast<double>(calls) * 1e-6;  // per call
 
   BenchRow row;
   row.tokens = T;
@@ -110,7 +113,8 @@ std::optional<BenchRow> bench_one(const BenchOptions& o, int64_t T, KernelId ker
   row.selected = kernel == KernelId::kNone || query_support(set_args[0]).kernel == support.kernel;
   row.index_type = dtype_label(o.index_dtype);
   describe_batch(batch, sets, row);
-  row.us = timing.median_us;
+  row.calls_per_graph = calls;
+  row.us = seconds * 1e6;
   row.memory_floor_us = static_cast<double>(row.bytes) / (rates.copy_gbps * 1e9) * 1e6;
   row.compute_floor_us = row.flops / (rates.matmul_tflops * 1e12) * 1e6;
   const bool compute_bound = *row.compute_floor_us > *row.memory_floor_us;
@@ -147,11 +151,13 @@ bool run_bench_gpu(const BenchOptions& o, BenchReport& report) {
           ? std::to_string(st::entry_cache_bytes(KvFormat::kModel1, kGpuHeadDim, DType::kBFloat16)) +
                 " B: the MODEL1 row and its scale row"
           : std::to_string(kGpuHeadDim) + " B row + 2 B scale";
-  std::printf("time: median of CUDA-event-timed CUDA-graph replays rotated over input sets touching > 2x L2;\n"
+  std::printf("time: median of CUDA-event-timed CUDA-graph replays rotated over input sets touching > 2x L2,\n"
+              "per call: each graph holds %lld decode call%s back to back (calls), each on its own input set, and\n"
+              "its replay time is divided by that; the bytes, FLOPs and floor are per call too;\n"
               "bytes: q + out + per valid entry of either source (%s + index); FLOPs: 4*H*D per "
               "valid entry;\nfloor_us = max(bytes / copy bandwidth, FLOPs / matmul rate), bound = the larger; "
               "ratio = us / floor_us\n",
-              entry_bytes.c_str());
+              static_cast<long long>(o.calls_per_graph), o.calls_per_graph == 1 ? "" : "s", entry_bytes.c_str());
   std::printf("check: every output of every token scanned for NaN / unwritten elements; the float64 reference "
               "is slow, so up to %lld random tokens per T (fewer past %.0f GMAC, padding rows besides) are compared "
               "with it\n\n",

@@ -100,7 +100,10 @@ const char* usage() {
            std::to_string(defaults.check_tokens) + "; fewer where\n" +
            "                         they would cost the reference more than a few seconds; padding rows besides)\n" +
            "  --kernel " + kernel_choices("|") + "  kernel family to time (default auto: what decode() picks;\n" +
-           "                         all: one row per family that runs the shape)\n"
+           "                         all: one row per family that runs the shape)\n" +
+           "  --calls-per-graph N    decode calls back to back in each CUDA graph, each on its own input set\n"
+           "                         (a model's layers), 1.." + std::to_string(kMaxCallsPerGraph) + "; times are per call (default " +
+           std::to_string(defaults.calls_per_graph) + ")\n"
            "\n"
            "exit status: 0 when every check passed, 1 when a check failed, 2 on a usage or run error.\n";
   }();
@@ -195,6 +198,12 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       }
     } else if (flag == "--check-tokens") {
       o.check_tokens = parse_int(flag, value(), 1);
+    } else if (flag == "--calls-per-graph") {
+      o.calls_per_graph = parse_int(flag, value(), 1);
+      if (o.calls_per_graph > kMaxCallsPerGraph) {
+        throw std::invalid_argument("--calls-per-graph expects an integer <= " + std::to_string(kMaxCallsPerGraph) +
+                                    ", got " + std::to_string(o.calls_per_graph));
+      }
     } else {
       throw std::invalid_argument("unknown option '" + flag + "'");
     }

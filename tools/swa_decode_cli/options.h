@@ -11,6 +11,11 @@
 
 namespace swa_decode::cli {
 
+// Input sets one bench row builds at most (each its own q, ids and outputs on the device), and so
+// the calls one graph may hold: the timing rotates over at least two graphs.
+inline constexpr int64_t kMaxInputSets = 4096;
+inline constexpr int64_t kMaxCallsPerGraph = kMaxInputSets / 2;
+
 struct BenchOptions {
   // The DeepSeek-V4 layer the batches are (testing/layer.h): its mean context (0 = the layer's
   // default), for c4a its top-k of compressed entries (0 = 512, or 1024 at H >= 128), and the row
@@ -28,6 +33,9 @@ struct BenchOptions {
   // Kernel families to time per T; KernelId::kNone = what decode() picks. "all" lists every family,
   // and a family that cannot run a shape is reported and skipped.
   std::vector<KernelId> kernels = {KernelId::kNone};
+  // Decode calls per CUDA graph, back to back, each on its own input set (a model's consecutive
+  // layers); a row's time is per call. 1 = one call per graph.
+  int64_t calls_per_graph = 1;
 };
 
 // Parses the arguments after "bench". Throws std::invalid_argument with a message naming the flag.

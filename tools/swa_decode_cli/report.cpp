@@ -79,16 +79,17 @@ void record_check(const testing::CheckReport& check, BenchRow& row) {
 }
 
 void print_table_header() {
-  std::printf("%6s %4s %5s %-6s %7s  %-20s %10s %12s %8s %8s %10s %-7s %7s %9s %9s  %s\n", "T", "H", "W", "layer",
-              "extra", "kernel", "us", "bytes", "GB/s", "TFLOP/s", "floor_us", "bound", "ratio", "max_err", "rel_l2",
-              "check");
+  std::printf("%6s %4s %5s %-6s %7s  %-20s %5s %10s %12s %8s %8s %10s %-7s %7s %9s %9s  %s\n", "T", "H", "W",
+              "layer", "extra", "kernel", "calls", "us", "bytes", "GB/s", "TFLOP/s", "floor_us", "bound", "ratio",
+              "max_err", "rel_l2", "check");
 }
 
 void print_row(const BenchRow& r) {
-  std::printf("%6lld %4lld %5lld %-6s %7.1f  %-20s %10s %12lld %8s %8s %10s %-7s %7s %9.2e %9.2e  %s (%lld of %lld "
-              "tokens%s)\n",
+  std::printf("%6lld %4lld %5lld %-6s %7.1f  %-20s %5lld %10s %12lld %8s %8s %10s %-7s %7s %9.2e %9.2e  %s (%lld of "
+              "%lld tokens%s)\n",
               static_cast<long long>(r.tokens), static_cast<long long>(r.heads), static_cast<long long>(r.window),
-              r.layer.c_str(), r.extra_entries, r.kernel.c_str(), cell(r.us, "%.2f").c_str(),
+              r.layer.c_str(), r.extra_entries, r.kernel.c_str(), static_cast<long long>(r.calls_per_graph),
+              cell(r.us, "%.2f").c_str(),
               static_cast<long long>(r.bytes), cell(r.gbps, "%.0f").c_str(), cell(r.tflops, "%.1f").c_str(),
               cell(r.floor_us, "%.2f").c_str(), r.bound.empty() ? "-" : r.bound.c_str(), cell(r.ratio, "%.2fx").c_str(),
               r.max_err, r.rel_l2, r.check_ok ? "pass" : "FAIL", static_cast<long long>(r.tokens_checked),
@@ -107,6 +108,7 @@ void write_json(const BenchReport& report, const std::string& path) {
     const BenchRow& r = report.rows[i];
     j << (i == 0 ? "\n" : ",\n") << "    {\"T\": " << r.tokens << ", \"H\": " << r.heads << ", \"W\": " << r.window
       << ", \"layer\": " << json_string(r.layer) << ", \"format\": " << json_string(r.format)
+      << ", \"calls_per_graph\": " << r.calls_per_graph
       << ", \"context\": " << json_number(r.context) << ", \"extra_entries\": " << json_number(r.extra_entries)
       << ", \"us\": " << json_number(r.us) << ", \"floor_us\": " << json_number(r.floor_us)
       << ", \"memory_floor_us\": " << json_number(r.memory_floor_us)

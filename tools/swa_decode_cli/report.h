@@ -20,6 +20,9 @@ struct BenchRow {
   std::string kernel;
   bool selected = false;           // the kernel decode() picks for this shape (--kernel all times others too)
   std::string index_type;
+  // Decode calls back to back in each timed CUDA graph, each on its own input set; us and the
+  // floors are per call. 1 on the CPU path, which runs one call and times none.
+  int64_t calls_per_graph = 1;
   // Timing fields are empty on the CPU path, where no timing is meaningful. floor_us is the larger
   // of memory_floor_us (bytes / copy bandwidth) and compute_floor_us (flops / bf16 matmul rate),
   // `bound` says which; ratio = us / floor_us.
