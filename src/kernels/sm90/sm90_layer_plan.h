@@ -29,7 +29,7 @@ inline constexpr int kKvStages = 2;
 // dequantization, each CTA writing its 32 keys into its own stage and the peer's. v2 (one CTA per
 // item) was bound by its gather warps at ~4.6 us a subtile (docs/perf-notes.md); a pair halves
 // that work per CTA and reads each row once from HBM instead of once more from L2, but measured
-// 1-5% faster, not the 1.4x predicted (perf-notes, v4). kCtas is 1 for H <= 64, where nothing is
+// 1-4% faster, not the 1.4x predicted (perf-notes, v4). kCtas is 1 for H <= 64, where nothing is
 // shared.
 template <int kCtasPerToken>
 struct LayerPair {

@@ -86,11 +86,7 @@ __device__ __forceinline__ void prefetch_source_rows_l2(const KvSourceParams& sr
   constexpr int kStep = kCompactThreads * Pair::kCtas;
   const int first = lane + rank * Pair::kGatherKeys;
   if (!src.is_model1) {
-    for (int key = first; key < n; key += kStep) {
-      const uint8_t* row = row_address(src.kv_cache, row_offset[key]);
-#pragma unroll
-      for (int line = 0; line < kHeadDim; line += 128) ptx::prefetch_l2(row + line);
-    }
+    prefetch_rows_l2(src.kv_cache, row_offset, n, first, kStep);
     return;
   }
   for (int key = first; key < n; key += kStep) {
@@ -190,12 +186,12 @@ __device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmem
     // two pieces a round, as the build measured on the H200
     issue_row_pieces<Pair, kModel1E4m3Chunks, 2>(u, smem, tid, first_key);
     static_assert(Pair::kGatherKeys <= kGatherThreads, "one scale row per thread");
-    if (tid < Pair::kGatherKeys) {
-      const int key = first_key + tid;
-      const bool valid = key < u.count;
-      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[key]) : u.src->kv_cache;
-      ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(smem.staging, key, kModel1E4m3Chunks)), src,
-                                             valid ? kModel1ScaleRowBytes : 0u);
+    if (tid < Pair::kGatherKeys) {  // key tid of this CTA's keys, counted from first_key as above
+      const bool valid = first_key + tid < u.count;
+      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[first_key + tid]) : u.src->kv_cache;
+      ptx::cp_async_ca<kModel1ScaleRowBytes>(
+          ptx::smem_addr(staged_piece(smem.staging + first_key, tid, kModel1E4m3Chunks)), src,
+          valid ? kModel1ScaleRowBytes : 0u);
     }
   }
   ptx::cp_async_commit();

@@ -63,10 +63,12 @@ __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int half, int ti
   }
 }
 
-// Pulls the first n rows that row_offset lists into L2, one 128-byte line per prefetch, spread
-// over the compaction warp's lanes.
-__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* kv_cache, const uint32_t* row_offset, int n, int lane) {
-  for (int key = lane; key < n; key += kCompactThreads) {
+// Pulls rows first, first + step, ... below n of those row_offset lists into L2, one 128-byte line
+// per prefetch: the compaction warp's lanes take first = lane, step 32 (a layer pair's CTA only
+// the keys it gathers).
+__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* kv_cache, const uint32_t* row_offset, int n, int first,
+                                                 int step) {
+  for (int key = first; key < n; key += step) {
     const uint8_t* row = row_address(kv_cache, row_offset[key]);
 #pragma unroll
     for (int line = 0; line < kHeadDim; line += 128) ptx::prefetch_l2(row + line);
@@ -90,7 +92,7 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
     // takes a warp-uniform address, which the compiler turned into a lane-by-lane loop that cost
     // this warp 58% of its time (ncu, v4). row_offset[meta] is only rewritten by this warp, two
     // tokens from now.
-    prefetch_rows_l2(p.window.kv_cache, smem.row_offset[meta], n, lane);
+    prefetch_rows_l2(p.window.kv_cache, smem.row_offset[meta], n, lane, kCompactThreads);
   }
 }
 
