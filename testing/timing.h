@@ -1,6 +1,7 @@
 // Timing the way ANCHORS.md measures: the decode call (or several back to back, a model's layers)
-// captured in a CUDA graph, replayed, each replay timed with CUDA events, the median reported; several input sets rotated so the bytes a replay
-// touches are not already in the 60 MiB L2; and the copy-bandwidth floor measured in the same run.
+// captured in a CUDA graph, replayed, each replay timed with CUDA events, the median reported;
+// several input sets rotated so the bytes a replay touches are not already in the 60 MiB L2; and
+// the copy-bandwidth floor measured in the same run.
 #pragma once
 
 #include <cstddef>
