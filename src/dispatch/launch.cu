@@ -21,16 +21,16 @@ cudaError_t launch_portable(const DecodeParams& params, const LaunchPlan& plan, 
   const PortableLaunch* config = std::get_if<PortableLaunch>(&plan.config);
   if (config == nullptr) return cudaErrorInvalidValue;
   return config->head_groups_per_cta == 2
-             ? launch_portable_decode<2>(params, config->num_stages, config->window_splits, stream)
-             : launch_portable_decode<1>(params, config->num_stages, config->window_splits, stream);
+             ? launch_portable_decode<2>(params, config->num_stages, config->window_splits, plan.dependent_launch, stream)
+             : launch_portable_decode<1>(params, config->num_stages, config->window_splits, plan.dependent_launch, stream);
 }
 
 cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream) {
   const Sm90Launch* config = std::get_if<Sm90Launch>(&plan.config);
   if (config == nullptr) return cudaErrorInvalidValue;
 #if defined(SWA_DECODE_HAS_SM90)
-  return config->layer ? launch_sm90_layer_decode(params, config->persistent_ctas, stream)
-                       : launch_sm90_decode(params, config->persistent_ctas, stream);
+  return config->layer ? launch_sm90_layer_decode(params, config->persistent_ctas, plan.dependent_launch, stream)
+                       : launch_sm90_decode(params, config->persistent_ctas, plan.dependent_launch, stream);
 #else
   (void)params;
   (void)stream;

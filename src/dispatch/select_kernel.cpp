@@ -24,6 +24,7 @@ KernelChoice chosen(const KernelRecord& kernel, const DecodeShape& shape, const 
   KernelChoice choice;
   choice.kernel = &kernel;
   choice.plan = kernel.plan(shape, device);
+  choice.plan.dependent_launch = device.cc_major >= 9;
   return choice;
 }
 

@@ -98,6 +98,23 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
   return desc;
 }
 
+// ---- programmatic dependent launch ----
+// Launched with cudaLaunchAttributeProgrammaticStreamSerialization (dispatch/launch.h), a kernel
+// may start while the kernel before it in the stream is still running; griddepcontrol.wait
+// returns once that kernel has completed and its memory is visible, so every kernel calls it
+// before its first read of global memory (q, indices, lens and the caches may be what the kernel
+// before wrote) and before its first write (out, lse may be what it reads). launch_dependents
+// lets the next kernel start once every CTA of this one has called it (or exited). Without the
+// attribute, or before sm_90 (where the portable kernel also compiles), both do nothing.
+// "Parallel Synchronization and Communication Instructions: griddepcontrol".
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void let_dependent_grid_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+#else
+__device__ __forceinline__ void wait_for_prior_grid() {}
+__device__ __forceinline__ void let_dependent_grid_launch() {}
+#endif
+
 // ---- thread-block clusters and distributed shared memory ----
 // The portable kernel's window split (window_split_combine.cuh) calls these and is compiled for
 // sm_80 too, where select_kernel.cpp never launches it (clusters need sm_90); there they compile

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "src/common/dependent_launch.h"
 #include "src/common/dim_permutation.cuh"
 #include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
@@ -163,6 +164,10 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
   const int head_lo = head_base + frag_row;
   const int head_hi = head_lo + 8;
   const int dim_base = quarter * kDimsPerWarp;
+
+  // Nothing above reads global memory; q may be what the kernel before this one wrote.
+  ptx::wait_for_prior_grid();
+  ptx::let_dependent_grid_launch();
 
   // q first: its latency hides under the index compaction below.
   uint4 q_lo[kDimsPerWarp / kDimGroup], q_hi[kDimsPerWarp / kDimGroup];  // rows g, g + 8: dims 8q..8q+7 per group
@@ -488,7 +493,8 @@ namespace swa_decode {
 // window_splits == 1: one CTA per (token, head block), numbered token-major by the kernel.
 // window_splits > 1 (sm_90+): a cluster of that many CTAs per (token, head block).
 template <int kHeadGroups, bool kSplitWindow, bool kHasExtra, bool kWindowModel1, bool kExtraModel1>
-cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, int window_splits, cudaStream_t stream) {
+cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, int window_splits, bool dependent_launch,
+                                    cudaStream_t stream) {
   constexpr int kThreads = kHeadGroups * portable::kWarpsPerGroup * 32;
   const int smem_bytes = portable::ring_plan(kHeadGroups, num_stages,
                                              portable::list_shape(params.window.max_entries, kHasExtra,
@@ -507,25 +513,25 @@ cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, 
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   config.stream = stream;
-  cudaLaunchAttribute cluster = {};
+  cudaLaunchAttribute attrs[2] = {};
+  unsigned num_attrs = 0;
   if constexpr (kSplitWindow) {
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = static_cast<unsigned>(window_splits);
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[num_attrs++].val.clusterDim = {static_cast<unsigned>(window_splits), 1, 1};
   }
+  if (dependent_launch) attrs[num_attrs++] = dependent_launch_attribute();
+  config.attrs = attrs;
+  config.numAttrs = num_attrs;
   return cudaLaunchKernelEx(&config, kernel, params, num_stages);
 }
 
 template <int kHeadGroups, bool kHasExtra, bool kWindowModel1, bool kExtraModel1>
 cudaError_t launch_portable_source_variant(const DecodeParams& params, int num_stages, int window_splits,
-                                           cudaStream_t stream) {
+                                           bool dependent_launch, cudaStream_t stream) {
   return window_splits > 1 ? launch_portable_variant<kHeadGroups, true, kHasExtra, kWindowModel1, kExtraModel1>(
-                                 params, num_stages, window_splits, stream)
+                                 params, num_stages, window_splits, dependent_launch, stream)
                            : launch_portable_variant<kHeadGroups, false, kHasExtra, kWindowModel1, kExtraModel1>(
-                                 params, num_stages, 1, stream);
+                                 params, num_stages, 1, dependent_launch, stream);
 }
 
 }  // namespace swa_decode

@@ -3,5 +3,5 @@
 #include "src/kernels/portable/decode_portable.cuh"
 
 namespace swa_decode {
-template cudaError_t launch_portable_source_variant<1, true, true, false>(const DecodeParams&, int, int, cudaStream_t);
+template cudaError_t launch_portable_source_variant<1, true, true, false>(const DecodeParams&, int, int, bool, cudaStream_t);
 }  // namespace swa_decode

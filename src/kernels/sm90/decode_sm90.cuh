@@ -56,6 +56,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::fence_barrier_init();
   }
   __syncthreads();
+  // Everything above touches only shared memory and the kernel's parameters.
+  ptx::wait_for_prior_grid();
+  ptx::let_dependent_grid_launch();
 
   const int wg = threadIdx.x / kWarpgroupThreads;
   if (wg == 0) {

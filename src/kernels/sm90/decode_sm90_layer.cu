@@ -1,5 +1,6 @@
 #include "src/kernels/sm90/decode_sm90_layer.cuh"
 
+#include "src/common/dependent_launch.h"
 #include "src/kernels/sm90/launch_sm90.h"
 #include "src/kernels/sm90/sm90_q_map.h"
 
@@ -8,7 +9,8 @@ namespace swa_decode {
 namespace {
 
 template <int kCtasPerToken>
-cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q_map, int ctas, cudaStream_t stream) {
+cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q_map, int ctas, bool dependent_launch,
+                                cudaStream_t stream) {
   const auto kernel = sm90::decode_sm90_layer_kernel<kCtasPerToken>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kLayerSmemBytes);
   if (err != cudaSuccess) return err;
@@ -17,17 +19,22 @@ cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q
   config.blockDim = dim3(sm90::kThreads);
   config.dynamicSmemBytes = sm90::kLayerSmemBytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim = {static_cast<unsigned>(kCtasPerToken), 1, 1};
-  config.attrs = &cluster;
-  config.numAttrs = kCtasPerToken > 1 ? 1 : 0;  // H <= 64 launches as before, without a cluster
+  cudaLaunchAttribute attrs[2] = {};
+  unsigned num_attrs = 0;
+  if constexpr (kCtasPerToken > 1) {  // H <= 64 launches without a cluster
+    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[num_attrs++].val.clusterDim = {static_cast<unsigned>(kCtasPerToken), 1, 1};
+  }
+  if (dependent_launch) attrs[num_attrs++] = dependent_launch_attribute();
+  config.attrs = attrs;
+  config.numAttrs = num_attrs;
   return cudaLaunchKernelEx(&config, kernel, params, q_map);
 }
 
 }  // namespace
 
-cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, cudaStream_t stream) {
+cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, bool dependent_launch,
+                                     cudaStream_t stream) {
   CUtensorMap q_map;
   cudaError_t err = sm90::encode_q_map(params, &q_map);
   if (err != cudaSuccess) return err;
@@ -37,8 +44,8 @@ cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_
   const int items = params.num_tokens * slabs;
   const int most = slabs == 2 ? persistent_ctas & ~1 : persistent_ctas;
   const int ctas = items < most ? items : most;
-  return slabs == 2 ? launch_layer_kernel<2>(params, q_map, ctas, stream)
-                    : launch_layer_kernel<1>(params, q_map, ctas, stream);
+  return slabs == 2 ? launch_layer_kernel<2>(params, q_map, ctas, dependent_launch, stream)
+                    : launch_layer_kernel<1>(params, q_map, ctas, dependent_launch, stream);
 }
 
 }  // namespace swa_decode

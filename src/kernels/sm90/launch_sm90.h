@@ -10,11 +10,14 @@
 namespace swa_decode {
 
 // Launches min(num_tokens, persistent_ctas) persistent CTAs. Encodes q's TMA descriptor on the
-// host (no allocation, no synchronization: capturable in a CUDA graph).
-cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, cudaStream_t stream);
+// host (no allocation, no synchronization: capturable in a CUDA graph). dependent_launch:
+// LaunchPlan::dependent_launch.
+cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, bool dependent_launch,
+                               cudaStream_t stream);
 
 // The same for the layer kernel: min(work items, persistent_ctas) CTAs, a work item being a token
 // and a slab of 64 heads (two per token for more than 64 heads).
-cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, cudaStream_t stream);
+cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, bool dependent_launch,
+                                     cudaStream_t stream);
 
 }  // namespace swa_decode
