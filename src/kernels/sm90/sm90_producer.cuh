@@ -9,15 +9,12 @@
 #include "src/common/ptx/sm90.cuh"
 #include "src/common/window_compaction.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
+#include "src/kernels/sm90/sm90_rows.cuh"
 
 namespace swa_decode::sm90 {
 
 // ---- producer: warps 0-2 gather and dequantize, warp 3 compacts the next token's window ----
 inline constexpr int kChunksPerHalfRow = kHalfDims / 16;  // 16-byte pieces of a half row
-
-__device__ __forceinline__ const uint8_t* row_address(const uint8_t* kv_cache, uint32_t row_offset_16) {
-  return kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
-}
 
 // cp.async of one 256-dim half of the first num_valid rows that row_offset lists (16-byte units
 // from kv_cache) into the staging buffer; the keys past num_valid are zero-filled, so that they
