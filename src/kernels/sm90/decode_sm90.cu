@@ -1,19 +1,9 @@
+// One explicit instantiation per file so the window kernel's variants build in parallel: seed
+// (kE4m3) rows.
 #include "src/kernels/sm90/decode_sm90.cuh"
 
 #include "src/kernels/sm90/launch_sm90.h"
-#include "src/kernels/sm90/sm90_q_map.h"
 
 namespace swa_decode {
-
-cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, cudaStream_t stream) {
-  CUtensorMap q_map;
-  cudaError_t err = sm90::encode_q_map(params, &q_map);
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(sm90::decode_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const int ctas = params.num_tokens < persistent_ctas ? params.num_tokens : persistent_ctas;
-  sm90::decode_sm90_kernel<<<ctas, sm90::kThreads, sm90::kSmemBytes, stream>>>(params, q_map);
-  return cudaGetLastError();
-}
-
+template cudaError_t launch_sm90_decode<false>(const DecodeParams&, int, cudaStream_t);
 }  // namespace swa_decode
