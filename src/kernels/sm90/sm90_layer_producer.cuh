@@ -209,14 +209,7 @@ __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stag
     uint8_t* row = smem.kv[stage][group / 2][first_key + key];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      uint4 chunk;
-      if constexpr (kModel1) {
-        e4m3x4_to_scaled_bf16x4(words[2 * k], scale, chunk.x, chunk.y);
-        e4m3x4_to_scaled_bf16x4(words[2 * k + 1], scale, chunk.z, chunk.w);
-      } else {
-        e4m3x4_to_bf16x4(words[2 * k], chunk.x, chunk.y);
-        e4m3x4_to_bf16x4(words[2 * k + 1], chunk.z, chunk.w);
-      }
+      const uint4 chunk = dequantize_chunk<kModel1>(words[2 * k], words[2 * k + 1], scale);
       const int position = ((group % 2) * 4 + k) ^ (key & 7);
       *reinterpret_cast<uint4*>(row + position * 16) = chunk;
       if constexpr (Pair::kCtas == 2) {

@@ -88,8 +88,7 @@ __device__ __forceinline__ void issue_half_rope_copy(const DecodeParams& p, Smem
 
 // Units of (key, 32-dim group), keys fastest: the 8 threads of a quarter-warp take 8 consecutive
 // keys of one group, so both the staging reads and the swizzled tile writes hit 8 different banks.
-// Seed rows convert exactly and keep their inverse scale for the consumers' scores
-// (fp8_convert.cuh); a kModel1 group is multiplied by its power of two, exactly in bf16.
+// Each 16 bytes as dequantize_chunk says.
 template <bool kModel1>
 __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int meta, int half, int tid) {
   const int groups = staged_chunks<kModel1>(half) / 2;
@@ -105,14 +104,7 @@ __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int meta, int ha
     uint8_t* row = smem.kv[half][group / 2][key];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      uint4 chunk;
-      if constexpr (kModel1) {
-        e4m3x4_to_scaled_bf16x4(words[2 * k], scale, chunk.x, chunk.y);
-        e4m3x4_to_scaled_bf16x4(words[2 * k + 1], scale, chunk.z, chunk.w);
-      } else {
-        e4m3x4_to_bf16x4(words[2 * k], chunk.x, chunk.y);
-        e4m3x4_to_bf16x4(words[2 * k + 1], chunk.z, chunk.w);
-      }
+      const uint4 chunk = dequantize_chunk<kModel1>(words[2 * k], words[2 * k + 1], scale);
       const int position = ((group % 2) * 4 + k) ^ (key & 7);
       *reinterpret_cast<uint4*>(row + position * 16) = chunk;
     }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
 #include "src/common/ptx/sm90.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
@@ -41,6 +42,23 @@ __device__ __forceinline__ void prefetch_model1_row_l2(const KvSourceParams& src
   for (int line = 0; line < kModel1RowBytes; line += 128) ptx::prefetch_l2(row + line);
   ptx::prefetch_l2(row + kModel1RowBytes - 1);
   ptx::prefetch_l2(model1_scale_row(src, row_offset_16));
+}
+
+// Eight e4m3 codes of a staged row (two u32, low byte first) -> the tile's 16-byte chunk of eight
+// bf16 values. Seed rows convert exactly and keep their inverse scale for the consumers' scores
+// (fp8_convert.cuh); a kModel1 group is multiplied by its power of two `scale` (ue8m0_to_float),
+// exactly in bf16.
+template <bool kModel1>
+__device__ __forceinline__ uint4 dequantize_chunk(uint32_t codes_lo, uint32_t codes_hi, float scale) {
+  uint4 chunk;
+  if constexpr (kModel1) {
+    e4m3x4_to_scaled_bf16x4(codes_lo, scale, chunk.x, chunk.y);
+    e4m3x4_to_scaled_bf16x4(codes_hi, scale, chunk.z, chunk.w);
+  } else {
+    e4m3x4_to_bf16x4(codes_lo, chunk.x, chunk.y);
+    e4m3x4_to_bf16x4(codes_hi, chunk.z, chunk.w);
+  }
+  return chunk;
 }
 
 // kModel1: the RoPE values (bytes 448..575 of the row) of the first count of the kKeysToCopy rows
