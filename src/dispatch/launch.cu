@@ -29,8 +29,10 @@ cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cuda
   const Sm90Launch* config = std::get_if<Sm90Launch>(&plan.config);
   if (config == nullptr) return cudaErrorInvalidValue;
 #if defined(SWA_DECODE_HAS_SM90)
-  return config->layer ? launch_sm90_layer_decode(params, config->persistent_ctas, plan.dependent_launch, stream)
-                       : launch_sm90_decode(params, config->persistent_ctas, plan.dependent_launch, stream);
+  const bool dependent = plan.dependent_launch;
+  if (config->layer) return launch_sm90_layer_decode(params, config->persistent_ctas, dependent, stream);
+  return params.window.is_model1 != 0 ? launch_sm90_decode<true>(params, config->persistent_ctas, dependent, stream)
+                                      : launch_sm90_decode<false>(params, config->persistent_ctas, dependent, stream);
 #else
   (void)params;
   (void)stream;

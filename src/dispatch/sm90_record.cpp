@@ -1,9 +1,10 @@
 // The Hopper fast path (wgmma, TMA, setmaxnreg; src/kernels/sm90/): one persistent CTA per SM runs
 // one token at a time with the whole window and all heads, so it needs the window in shared memory
-// and pays off only where there are enough heads and tokens to fill the machine. A shape with an
-// extra source, or rows in the kModel1 format, runs on its layer kernel (decode_sm90_layer.cuh: the
-// window and the extra entries in tiles of 128, one token and 64 heads at a time), which needs the
-// same of both sources' rows.
+// and pays off only where there are enough heads and tokens to fill the machine. Its window kernel
+// (decode_sm90.cuh) reads a window alone, in either row format; a shape with an extra source runs
+// on its layer kernel (decode_sm90_layer.cuh: the window and the extra entries in tiles of 128, one
+// token and 64 heads at a time, either format in either source), which needs the same of both
+// sources' rows.
 #include <cstdint>
 #include <string>
 
@@ -38,9 +39,11 @@ std::string rows_why_not(const char* cache, int32_t alignment, int64_t last_row_
   return {};
 }
 
-// The window kernel reads seed rows of the window alone; the layer kernel reads either row format
-// in either source, the window alone included.
-bool runs_layer_kernel(const DecodeShape& shape) { return shape.has_extra || model1_source(shape) != nullptr; }
+// The window kernel reads the window alone, seed or kModel1 rows (one instantiation each); the layer
+// kernel reads either row format in either source. A window-only layer runs on the window kernel in
+// both formats, so that each runs at the same ratio to its own floor (issue 12: kModel1's SWA H = 128
+// T = 2048 on the layer kernel was 2.27x its floor, seed rows on the window kernel 1.47x).
+bool runs_layer_kernel(const DecodeShape& shape) { return shape.has_extra; }
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";

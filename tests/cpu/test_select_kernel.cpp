@@ -626,9 +626,9 @@ TEST(QuerySupport, DecodeShapeDescribesTheExtraSource) {
   EXPECT_EQ(window_only.extra_kv_last_row_offset, 0);
 }
 
-// The sm90 family reads kModel1 rows on its layer kernel, window-only layers included (its window
-// kernel reads seed rows only).
-TEST(QuerySupport, Model1SourcesRunOnTheSm90LayerKernel) {
+// The sm90 family reads kModel1 rows: a window alone on its window kernel, as seed rows (issue 12:
+// each format at the same ratio to its own floor), and beside an extra source on its layer kernel.
+TEST(QuerySupport, Model1SourcesRunOnTheSm90Family) {
   for (const bool has_extra : {false, true}) {
     for (const bool extra_model1 : {false, true}) {
       if (extra_model1 && !has_extra) continue;
@@ -637,15 +637,26 @@ TEST(QuerySupport, Model1SourcesRunOnTheSm90LayerKernel) {
       (extra_model1 ? s.extra->format : s.kv_format) = KvFormat::kModel1;
       HostProblem p(s, 17);
       const std::string field = extra_model1 ? "extra.format" : "kv_format";
-      const DecodeShape described = decode_shape(make_params(args_for(p, Backend::kCuda)));
+      DecodeShape described = decode_shape(make_params(args_for(p, Backend::kCuda)));
       EXPECT_EQ(described.window_format, extra_model1 ? KvFormat::kE4m3 : KvFormat::kModel1);
       EXPECT_EQ(model1_source(described), field);
       if (!sm90_kernel_built()) continue;
+      const std::string kernel = has_extra ? "sm90_wgmma_layer" : "sm90_wgmma";
       EXPECT_EQ(kSm90Record.why_not(described, kH200), "") << field;
-      EXPECT_EQ(kSm90Record.plan(described, kH200).name, "sm90_wgmma_layer") << field;
+      const LaunchPlan plan = kSm90Record.plan(described, kH200);
+      EXPECT_EQ(plan.name, kernel) << field;
+      const Sm90Launch* config = std::get_if<Sm90Launch>(&plan.config);
+      ASSERT_NE(config, nullptr) << field;
+      EXPECT_EQ(config->layer, has_extra) << field;
       const SupportInfo forced = query_support_on(args_for(p, Backend::kCuda), kH200, KernelId::kSm90Wgmma);
       EXPECT_TRUE(forced.supported) << field << ": " << forced.why_not;
-      EXPECT_EQ(forced.kernel, "sm90_wgmma_layer") << field;
+      EXPECT_EQ(forced.kernel, kernel) << field;
+      // Enough tokens for the H200 to prefer the sm90 family (kMinTokens, sm90_record.cpp): the free
+      // choice runs the same kernel.
+      described.num_tokens = 2048;
+      const KernelChoice choice = select_kernel(described, kH200);
+      EXPECT_EQ(choice.kernel, &kSm90Record) << field << ": " << choice.why_not;
+      EXPECT_EQ(choice.plan.name, kernel) << field;
     }
   }
 }

@@ -11,9 +11,9 @@
 // 125..128, RoPE ~ N(0, 1)) against the float64 reference: the window alone in kModel1, an extra
 // source in kModel1 beside a kE4m3 window and beside a kModel1 one, a kModel1 window beside a kE4m3
 // extra source, both sources on one kModel1 cache, block sizes 2, 64 and 256 with FlashMLA's block
-// strides and padded ones, H in {1, 8, 16, 64, 128}, T in {1, 7, 64, 300}, lengths -1 / 0 / past the
-// limit, holes, ids past the pool, duplicates, NaN in padding heads of q (gaps between token rows)
-// and in some heads, and sinks of +-inf. Model1GpuEdges takes the format's edges: scale bytes 0 and
+// strides and padded ones, H in {1, 8, 16, 48, 64, 128}, T in {1, 7, 64, 100, 300}, lengths -1 / 0 /
+// past the limit, holes, ids past the pool, duplicates, NaN in padding heads of q (gaps between token
+// rows) and in some heads, and sinks of +-inf. Model1GpuEdges takes the format's edges: scale bytes 0 and
 // 254 and RoPE values at bf16's extremes in one entry read with q = 0, whose out must be the row
 // itself bit for bit, and values near 2^100 read by a nonzero q.
 //
@@ -392,7 +392,9 @@ SourceSpec seed_source(int64_t block_size, int64_t num_blocks, int64_t limit) {
   return SourceSpec{.format = KvFormat::kE4m3, .block_size = block_size, .num_blocks = num_blocks, .limit = limit};
 }
 
-// The window alone in kModel1: blocks of 2, 64 and 256 rows, at each head count of the issue.
+// The window alone in kModel1: blocks of 2, 64 and 256 rows, at each head count of the issue. The
+// last two are shapes an H200's free choice runs on the sm90 window kernel (H > 16, T >= 64, W <=
+// 128): two slabs of 64 heads, and one slab that both consumers share.
 TEST_F(Model1Gpu, WindowOnly) {
   const CaseSpec cases[] = {
       {"B=64, H=8, T=300", 300, 8, {.block_size = 64, .num_blocks = 40}, std::nullopt, false, 11},
@@ -400,6 +402,9 @@ TEST_F(Model1Gpu, WindowOnly) {
       {"B=2 padded, H=1, T=64", 64, 1, {.block_size = 2, .num_blocks = 600, .block_pad = 576}, std::nullopt, false, 13},
       {"B=64 padded, H=16, T=1", 1, 16, {.block_size = 64, .num_blocks = 8, .block_pad = 1152}, std::nullopt, false, 14},
       {"B=256, H=64, T=64, W=1024", 64, 64, {.block_size = 256, .num_blocks = 12, .limit = 1024}, std::nullopt, false, 15},
+      {"B=64, H=128, T=100", 100, 128, {.block_size = 64, .num_blocks = 40}, std::nullopt, false, 16},
+      {"B=256 padded, H=48, T=64, W=100", 64, 48, {.block_size = 256, .num_blocks = 6, .block_pad = 576, .limit = 100},
+       std::nullopt, false, 17},
   };
   for (const CaseSpec& c : cases) expect_case_matches_reference(c);
 }

@@ -11,18 +11,24 @@
 // The K/V tile is split in halves so the producer refills half 0 for the next token while the
 // consumers still multiply with half 1: the tensor cores never wait for a full-window refill.
 // For H <= 64 both consumers hold the same 64 heads, each computes S (duplicated) and one half of O.
+// One instantiation per row format of the window (kModel1: docs/semantics.md, "Row formats"), each
+// in its own file (decode_sm90.cu, decode_sm90_model1.cu): the formats differ in what the producer
+// stages and converts (sm90_producer.cuh) and whether the consumers scale the scores.
 #pragma once
 
 #include <cuda.h>
 
+#include "src/common/dependent_launch.h"
 #include "src/common/params.h"
 #include "src/common/ptx/sm90.cuh"
 #include "src/kernels/sm90/sm90_consumer.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "src/kernels/sm90/sm90_producer.cuh"
+#include "src/kernels/sm90/sm90_q_map.h"
 
 namespace swa_decode::sm90 {
 
+template <bool kModel1>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -64,9 +70,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     ptx::setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x < kGatherThreads) {
-      run_gather_warps(p, smem, sync);
+      run_gather_warps<kModel1>(p, smem, sync);
     } else {
-      run_compaction_warp(p, smem, sync);
+      run_compaction_warp<kModel1>(p, smem, sync);
     }
   } else {
     ptx::setmaxnreg_inc<kConsumerRegisters>();
@@ -77,9 +83,34 @@ __global__ void __launch_bounds__(kThreads, 1)
     role.first_half = two_slabs ? 0 : role.wg;
     role.last_half = two_slabs ? kHalves - 1 : role.wg;
     role.writes_lse = two_slabs || role.wg == 0;
-    run_consumer(p, q_map, smem, sync, role);
+    run_consumer<kModel1>(p, q_map, smem, sync, role);
   }
 #endif
 }
 
 }  // namespace swa_decode::sm90
+
+namespace swa_decode {
+
+template <bool kModel1>
+cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, bool dependent_launch,
+                               cudaStream_t stream) {
+  CUtensorMap q_map;
+  cudaError_t err = sm90::encode_q_map(params, &q_map);
+  if (err != cudaSuccess) return err;
+  const auto kernel = sm90::decode_sm90_kernel<kModel1>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int ctas = params.num_tokens < persistent_ctas ? params.num_tokens : persistent_ctas;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(sm90::kThreads);
+  config.dynamicSmemBytes = sm90::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute dependent = dependent_launch_attribute();
+  config.attrs = &dependent;
+  config.numAttrs = dependent_launch ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, params, q_map);
+}
+
+}  // namespace swa_decode

@@ -77,11 +77,23 @@ __device__ __forceinline__ void store_out_row_half(const DecodeParams& p, const 
   }
 }
 
+// The factor of entry `key` of a token's compacted list: its inverse scale. kModel1 (the window
+// kernel's kModel1 instantiation; the layer kernel reads the compaction's 1 instead): 1, since the
+// rows carry their scales, which the producer applied; inv_scale then holds scale bytes.
+template <bool kModel1>
+__device__ __forceinline__ float entry_factor(const float* inv_scale, int key) {
+  if constexpr (kModel1) {
+    return 1.0f;
+  } else {
+    return inv_scale[key];
+  }
+}
+
 // The softmax of one S fragment (m64nN: kAccumulators = N / 2 scores per lane, keys 8 i + 2 q + e
 // of rows head_lo (s[4 i + e]) and head_hi (s[4 i + 2 + e])), in two steps around the row max.
 // First the scores in the log2 domain: x = s * scale * log2(e) * inv_scale[key], -inf for keys past
 // num_valid; row_max gains this lane's largest x of each row (not yet reduced over the quad).
-template <int kAccumulators>
+template <bool kModel1 = false, int kAccumulators>
 __device__ __forceinline__ void scale_scores(float (&s)[kAccumulators], const float* inv_scale, int num_valid,
                                              float logit_scale, int frag_quad, float (&row_max)[2]) {
 #pragma unroll
@@ -90,7 +102,7 @@ __device__ __forceinline__ void scale_scores(float (&s)[kAccumulators], const fl
     for (int e = 0; e < 2; ++e) {
       const int key = 8 * i + 2 * frag_quad + e;
       const bool valid = key < num_valid;
-      const float factor = valid ? logit_scale * inv_scale[key] : 0.0f;
+      const float factor = valid ? logit_scale * entry_factor<kModel1>(inv_scale, key) : 0.0f;
       s[4 * i + e] = valid ? s[4 * i + e] * factor : -INFINITY;
       s[4 * i + 2 + e] = valid ? s[4 * i + 2 + e] * factor : -INFINITY;
       row_max[0] = fmaxf(row_max[0], s[4 * i + e]);
@@ -100,7 +112,7 @@ __device__ __forceinline__ void scale_scores(float (&s)[kAccumulators], const fl
 
 // Then the probabilities p = 2^(x - base) of each row: row_sum gains them unscaled, and P = p *
 // inv_scale[key] (the scale of V's rows, folded into P) goes to the bf16 A fragments of O = P V.
-template <int kAccumulators>
+template <bool kModel1 = false, int kAccumulators>
 __device__ __forceinline__ void scores_to_p(const float (&s)[kAccumulators], const float* inv_scale, int num_valid,
                                             int frag_quad, const float (&base)[2], float (&row_sum)[2],
                                             uint32_t (&p_frag)[kAccumulators / 8][4]) {
@@ -113,13 +125,14 @@ __device__ __forceinline__ void scores_to_p(const float (&s)[kAccumulators], con
       row_sum[r / 2] += prob[r];
     }
     const int key = 8 * i + 2 * frag_quad;
-    const float v0 = key < num_valid ? inv_scale[key] : 0.0f;
-    const float v1 = key + 1 < num_valid ? inv_scale[key + 1] : 0.0f;
+    const float v0 = key < num_valid ? entry_factor<kModel1>(inv_scale, key) : 0.0f;
+    const float v1 = key + 1 < num_valid ? entry_factor<kModel1>(inv_scale, key + 1) : 0.0f;
     p_frag[i / 2][(i & 1) * 2 + 0] = pack_bf16x2(prob[0] * v0, prob[1] * v1);
     p_frag[i / 2][(i & 1) * 2 + 1] = pack_bf16x2(prob[2] * v0, prob[3] * v1);
   }
 }
 
+template <bool kModel1>
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtensorMap& q_map, SmemPlan& smem,
                                              SmemSync& sync, const ConsumerRole& role) {
   const int wtid = threadIdx.x % kWarpgroupThreads;
@@ -170,7 +183,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
     // ---- softmax over the whole window in one pass (log2 domain) ----
     const float* inv_scale = smem.inv_scale[meta];
     float row_max[2] = {-INFINITY, -INFINITY};
-    scale_scores(s, inv_scale, num_valid, logit_scale, frag_quad, row_max);
+    scale_scores<kModel1>(s, inv_scale, num_valid, logit_scale, frag_quad, row_max);
     float row_sum[2] = {0.0f, 0.0f};
     float base[2];
 #pragma unroll
@@ -179,7 +192,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       base[h] = row_max[h] == -INFINITY ? 0.0f : row_max[h];  // empty token: every p is 0, not NaN
     }
     uint32_t p_frag[kKeys / 16][4];
-    scores_to_p(s, inv_scale, num_valid, frag_quad, base, row_sum, p_frag);
+    scores_to_p<kModel1>(s, inv_scale, num_valid, frag_quad, base, row_sum, p_frag);
     ptx::mbarrier_arrive(&sync.meta_empty[meta]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -14,6 +14,7 @@
 #include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "src/kernels/sm90/sm90_producer.cuh"
+#include "src/kernels/sm90/sm90_rows.cuh"
 #include "swa_decode/swa_decode.h"
 
 namespace swa_decode::sm90 {
@@ -42,9 +43,8 @@ __device__ __forceinline__ void load_item_q(const CUtensorMap& q_map, LayerSmemP
 // lands as its 448 e4m3 bytes and its 8-byte scale row in staging, while its 64 bf16 RoPE values
 // are copied straight into the stage's last 64-dim block, so they are issued only once the
 // consumers have freed that stage.
-inline constexpr int kStagingChunks = kHeadDim / 16;            // 16-byte pieces of a staged row
-inline constexpr int kModel1E4m3Chunks = kModel1E4m3Dims / 16;  // 28; piece 28 is the scale row
-inline constexpr int kModel1RopeChunks = (kHeadDim - kModel1E4m3Dims) * 2 / 16;  // 8: one 64-dim block
+inline constexpr int kStagingChunks = kHeadDim / 16;  // 16-byte pieces of a staged row; kModel1's scale
+                                                      // row is piece kModel1E4m3Chunks (28)
 
 // Where piece `chunk` of staged row `key` lies: 16-byte chunks XOR-swizzled by key % 8, so the 8
 // threads of a quarter-warp reading 8 consecutive keys hit 8 different bank groups. `rows` is
@@ -63,38 +63,18 @@ struct Subtile {
   int count;                   // 1..kSubtileKeys valid keys; the rest of the stage is zero-filled
 };
 
-// kModel1: the scale row of the row at `row_offset_16` (16-byte units from src.kv_cache): a row at
-// b * stride_kv_block + o * 576 has its scales at b * stride_kv_block + B * 576 + o * 8. In 32 bits
-// (row offsets are below 2^32 units, sm90_record.cpp): a 64-bit division would cost the producer,
-// which runs on 72 registers, a spill.
-__device__ __forceinline__ const uint8_t* model1_scale_row(const KvSourceParams& src, uint32_t row_offset_16) {
-  const int64_t block_units = src.stride_kv_block >> 4;  // validate.cpp: a multiple of 576
-  const uint32_t block = block_units > UINT32_MAX ? 0u : row_offset_16 / static_cast<uint32_t>(block_units);
-  const uint32_t offset = (row_offset_16 - block * static_cast<uint32_t>(block_units)) / (kModel1RowBytes / 16);
-  return src.kv_cache + static_cast<int64_t>(block) * src.stride_kv_block + int64_t{src.block_size} * kModel1RowBytes +
-         static_cast<int64_t>(offset) * kModel1ScaleRowBytes;
-}
-
-// The compaction warp's L2 prefetch of a record's rows (as prefetch_rows_l2 for seed rows): a
-// kModel1 row's 576 bytes start anywhere in a 128-byte line, so its last byte is fetched too, and
-// its scale row lies in the block's footer. A pair's CTA prefetches the keys it gathers, [rank *
-// 32, rank * 32 + 32) of every subtile.
+// The compaction warp's L2 prefetch of a record's rows (prefetch_rows_l2, in the source's row
+// format). A pair's CTA prefetches the keys it gathers, [rank * 32, rank * 32 + 32) of every subtile.
 template <class Pair>
 __device__ __forceinline__ void prefetch_source_rows_l2(const KvSourceParams& src, const uint32_t* row_offset, int n,
                                                         int lane, int rank) {
   static_assert(Pair::kGatherKeys % kCompactThreads == 0, "a lane's keys stay in this CTA's share");
   constexpr int kStep = kCompactThreads * Pair::kCtas;
   const int first = lane + rank * Pair::kGatherKeys;
-  if (!src.is_model1) {
-    prefetch_rows_l2(src.kv_cache, row_offset, n, first, kStep);
-    return;
-  }
-  for (int key = first; key < n; key += kStep) {
-    const uint8_t* row = row_address(src.kv_cache, row_offset[key]);
-#pragma unroll
-    for (int line = 0; line < kModel1RowBytes; line += 128) ptx::prefetch_l2(row + line);
-    ptx::prefetch_l2(row + kModel1RowBytes - 1);
-    ptx::prefetch_l2(model1_scale_row(src, row_offset[key]));
+  if (src.is_model1) {
+    prefetch_rows_l2<true>(src, row_offset, n, first, kStep);
+  } else {
+    prefetch_rows_l2<false>(src, row_offset, n, first, kStep);
   }
 }
 
@@ -197,19 +177,9 @@ __device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmem
   ptx::cp_async_commit();
 }
 
-// kModel1: the RoPE values (bytes 448..575 of the row) into the stage's last 64-dim block, in the
-// tile's swizzle. Only once the stage is free.
+// kModel1: the RoPE values into the stage's last 64-dim block. Only once the stage is free.
 __device__ __forceinline__ void issue_rope_copy(const Subtile& u, LayerSmemPlan& smem, int stage, int tid) {
-  const uint8_t* kv_cache = u.src->kv_cache;
-  for (int piece = tid; piece < kSubtileKeys * kModel1RopeChunks; piece += kGatherThreads) {
-    const int key = piece / kModel1RopeChunks;
-    const int chunk = piece % kModel1RopeChunks;
-    const bool valid = key < u.count;
-    const uint8_t* src = valid ? row_address(kv_cache, u.row_offset[key]) + kModel1E4m3Dims + chunk * 16 : kv_cache;
-    ptx::cp_async_16(ptx::smem_addr(&smem.kv[stage][kQChunks - 1][key][(chunk ^ (key & 7)) * 16]), src,
-                     valid ? 16u : 0u);
-  }
-  ptx::cp_async_commit();
+  issue_model1_rope_copy<kSubtileKeys>(u.src->kv_cache, u.row_offset, u.count, smem.kv[stage][kQChunks - 1], tid);
 }
 
 // Staging -> bf16 stage, in units of (key, 32-dim group), keys fastest (conflict-free reads of
@@ -234,14 +204,7 @@ __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stag
     uint8_t* row = smem.kv[stage][group / 2][first_key + key];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      uint4 chunk;
-      if constexpr (kModel1) {
-        e4m3x4_to_scaled_bf16x4(words[2 * k], scale, chunk.x, chunk.y);
-        e4m3x4_to_scaled_bf16x4(words[2 * k + 1], scale, chunk.z, chunk.w);
-      } else {
-        e4m3x4_to_bf16x4(words[2 * k], chunk.x, chunk.y);
-        e4m3x4_to_bf16x4(words[2 * k + 1], chunk.z, chunk.w);
-      }
+      const uint4 chunk = dequantize_chunk<kModel1>(words[2 * k], words[2 * k + 1], scale);
       const int position = ((group % 2) * 4 + k) ^ (key & 7);
       *reinterpret_cast<uint4*>(row + position * 16) = chunk;
       if constexpr (Pair::kCtas == 2) {

@@ -50,7 +50,14 @@ struct SmemPlan {
   alignas(1024) uint8_t q[2][kQStages][kSlabHeads][kRowBytes];  // per consumer: TMA SW128 ring
   alignas(128) uint8_t staging[kKeys][kHalfDims];  // e4m3, 16-byte chunks XOR-swizzled by key % 16
   uint32_t row_offset[2][kKeys];  // compacted entries in 16-byte units, double buffered by token
-  float inv_scale[2][kKeys];
+  // 4 bytes per compacted entry, double buffered as row_offset. Seed rows: the inverse scale, the
+  // consumers' factor. kModel1 rows: the 4 UE8M0 scale bytes of the half being gathered, which the
+  // gather warps copy here over the compaction's factor 1 and read back to dequantize the half;
+  // the consumers of a kModel1 window read no factor (sm90_consumer.cuh).
+  union {
+    float inv_scale[2][kKeys];
+    uint32_t model1_scales[2][kKeys];
+  };
 };
 // The per-token counts and the mbarriers (144 B), kept out of SmemPlan so that they can sit in
 // the gap that aligning SmemPlan leaves before it, or after it when the gap is too small.

@@ -1,0 +1,82 @@
+// Where a source's cache rows lie and the copies of them that both Hopper kernels' producers make
+// (the window kernel, sm90_producer.cuh; the layer kernel, sm90_layer_producer.cuh): row offsets
+// as 32-bit counts of 16 bytes, and kModel1's pieces (docs/semantics.md, "Row formats": 448 e4m3
+// bytes, then 64 bf16 RoPE values; 7 UE8M0 scale bytes in the block's footer).
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/fp8_convert.cuh"
+#include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
+#include "src/kernels/sm90/sm90_plan.h"
+#include "swa_decode/swa_decode.h"
+
+namespace swa_decode::sm90 {
+
+inline constexpr int kModel1E4m3Chunks = kModel1E4m3Dims / 16;  // 28 16-byte pieces of e4m3 bytes
+inline constexpr int kModel1RopeChunks = (kHeadDim - kModel1E4m3Dims) * 2 / 16;  // 8: one 64-dim block
+
+__device__ __forceinline__ const uint8_t* row_address(const uint8_t* kv_cache, uint32_t row_offset_16) {
+  return kv_cache + (static_cast<int64_t>(row_offset_16) << 4);
+}
+
+// kModel1: the scale row of the row at `row_offset_16` (16-byte units from src.kv_cache): a row at
+// b * stride_kv_block + o * 576 has its scales at b * stride_kv_block + B * 576 + o * 8. In 32 bits
+// (row offsets are below 2^32 units, sm90_record.cpp): a 64-bit division would cost the producer,
+// which runs on 72 registers, a spill.
+__device__ __forceinline__ const uint8_t* model1_scale_row(const KvSourceParams& src, uint32_t row_offset_16) {
+  const int64_t block_units = src.stride_kv_block >> 4;  // validate.cpp: a multiple of 576
+  const uint32_t block = block_units > UINT32_MAX ? 0u : row_offset_16 / static_cast<uint32_t>(block_units);
+  const uint32_t offset = (row_offset_16 - block * static_cast<uint32_t>(block_units)) / (kModel1RowBytes / 16);
+  return src.kv_cache + static_cast<int64_t>(block) * src.stride_kv_block + int64_t{src.block_size} * kModel1RowBytes +
+         static_cast<int64_t>(offset) * kModel1ScaleRowBytes;
+}
+
+// The compaction warp's L2 prefetch of one kModel1 row (as prefetch_rows_l2 for seed rows): its
+// 576 bytes start anywhere in a 128-byte line, so its last byte is fetched too, and its scale row
+// lies in the block's footer.
+__device__ __forceinline__ void prefetch_model1_row_l2(const KvSourceParams& src, uint32_t row_offset_16) {
+  const uint8_t* row = row_address(src.kv_cache, row_offset_16);
+#pragma unroll
+  for (int line = 0; line < kModel1RowBytes; line += 128) ptx::prefetch_l2(row + line);
+  ptx::prefetch_l2(row + kModel1RowBytes - 1);
+  ptx::prefetch_l2(model1_scale_row(src, row_offset_16));
+}
+
+// Eight e4m3 codes of a staged row (two u32, low byte first) -> the tile's 16-byte chunk of eight
+// bf16 values. Seed rows convert exactly and keep their inverse scale for the consumers' scores
+// (fp8_convert.cuh); a kModel1 group is multiplied by its power of two `scale` (ue8m0_to_float),
+// exactly in bf16.
+template <bool kModel1>
+__device__ __forceinline__ uint4 dequantize_chunk(uint32_t codes_lo, uint32_t codes_hi, float scale) {
+  uint4 chunk;
+  if constexpr (kModel1) {
+    e4m3x4_to_scaled_bf16x4(codes_lo, scale, chunk.x, chunk.y);
+    e4m3x4_to_scaled_bf16x4(codes_hi, scale, chunk.z, chunk.w);
+  } else {
+    e4m3x4_to_bf16x4(codes_lo, chunk.x, chunk.y);
+    e4m3x4_to_bf16x4(codes_hi, chunk.z, chunk.w);
+  }
+  return chunk;
+}
+
+// kModel1: the RoPE values (bytes 448..575 of the row) of the first count of the kKeysToCopy rows
+// that row_offset lists into `block`, the tile's last 64-dim block ([key][128 B], 16-byte chunks
+// XOR-swizzled by key % 8, as the tile); keys past count are zero-filled. They need no conversion,
+// so they skip staging, and the copy may only be issued once the consumers are done with the tile.
+// One commit group, run by the kGatherThreads gather threads numbered tid.
+template <int kKeysToCopy>
+__device__ __forceinline__ void issue_model1_rope_copy(const uint8_t* kv_cache, const uint32_t* row_offset, int count,
+                                                       uint8_t (*block)[kRowBytes], int tid) {
+  for (int piece = tid; piece < kKeysToCopy * kModel1RopeChunks; piece += kGatherThreads) {
+    const int key = piece / kModel1RopeChunks;
+    const int chunk = piece % kModel1RopeChunks;
+    const bool valid = key < count;
+    const uint8_t* src = valid ? row_address(kv_cache, row_offset[key]) + kModel1E4m3Dims + chunk * 16 : kv_cache;
+    ptx::cp_async_16(ptx::smem_addr(&block[key][(chunk ^ (key & 7)) * 16]), src, valid ? 16u : 0u);
+  }
+  ptx::cp_async_commit();
+}
+
+}  // namespace swa_decode::sm90
