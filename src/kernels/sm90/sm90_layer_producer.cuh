@@ -280,6 +280,14 @@ struct GatherCursor {
   int num_valid;
 };
 
+// The cursor on the CTA's first record with entries; false if it has none.
+__device__ __forceinline__ bool start_gather(const DecodeParams& p, LayerSmemSync& sync, GatherCursor& at) {
+  at = GatherCursor{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+  if (!next_layer_tile(sync, at.meta, at.items_left)) return false;
+  at.num_valid = sync.record[at.meta.index].num_valid;
+  return true;
+}
+
 __device__ __forceinline__ Subtile subtile_at(const DecodeParams& p, const LayerSmemPlan& smem, LayerSmemSync& sync,
                                               const GatherCursor& at) {
   const KvSourceParams& src = sync.record[at.meta.index].from_extra ? p.extra : p.window;
@@ -296,10 +304,9 @@ template <class Pair>
 __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                        int rank) {
   const int first_key = rank * Pair::kGatherKeys;
-  GatherCursor at{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+  GatherCursor at;
   PipeState<kKvStages> kv;
-  if (!next_layer_tile(sync, at.meta, at.items_left)) return;
-  at.num_valid = sync.record[at.meta.index].num_valid;
+  if (!start_gather(p, sync, at)) return;
   for (;;) {
     const int tid = ptx::thread_index_x_unhoisted();  // 0..95; held across the loop, the addresses
                                                       // derived from it spilled the producer
@@ -405,10 +412,9 @@ __device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, Laye
   using Pair = LayerPair<2>;
   const int lane = threadIdx.x % 32;
   const int first_key = rank * Pair::kGatherKeys;
-  GatherCursor at{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+  GatherCursor at;
   PipeState<kStagingShares> share;
-  if (!next_layer_tile(sync, at.meta, at.items_left)) return;
-  at.num_valid = sync.record[at.meta.index].num_valid;
+  if (!start_gather(p, sync, at)) return;
   for (;;) {
     const Subtile u = subtile_at(p, smem, sync, at);
     ptx::mbarrier_wait(&sync.staged_empty[share.index], share.phase ^ 1u);  // the share two back is read
@@ -435,11 +441,10 @@ __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, La
                                                        int rank) {
   using Pair = LayerPair<2>;
   const int first_key = rank * Pair::kGatherKeys;
-  GatherCursor at{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+  GatherCursor at;
   PipeState<kKvStages> kv;
   PipeState<kStagingShares> share;
-  if (!next_layer_tile(sync, at.meta, at.items_left)) return;
-  at.num_valid = sync.record[at.meta.index].num_valid;
+  if (!start_gather(p, sync, at)) return;
   for (;;) {
     const int tid = ptx::thread_index_x_unhoisted() - Pair::kIssuerThreads;  // 0..63
     const Subtile u = subtile_at(p, smem, sync, at);
