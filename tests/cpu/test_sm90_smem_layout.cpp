@@ -82,6 +82,10 @@ std::vector<Region> layer_member_regions(const SmemLayout& layout) {
   }
   regions.push_back({"record", layout.sync_offset + offsetof(LayerSmemSync, record), sizeof(LayerSmemSync::record), 4});
   regions.push_back({"q_empty", layout.sync_offset + offsetof(LayerSmemSync, q_empty), sizeof(LayerSmemSync::q_empty), 8});
+  regions.push_back({"staged_full", layout.sync_offset + offsetof(LayerSmemSync, staged_full),
+                     sizeof(LayerSmemSync::staged_full), 8});
+  regions.push_back({"staged_empty", layout.sync_offset + offsetof(LayerSmemSync, staged_empty),
+                     sizeof(LayerSmemSync::staged_empty), 8});
   return regions;
 }
 
@@ -193,12 +197,12 @@ TEST(Sm90LayerSmemLayout, EverySixteenAlignedBaseFits) {
   }
   EXPECT_EQ(residues, 64);
   EXPECT_LE(kLayerSmemBytes, 227 * 1024) << "sm_90's opt-in shared memory per block";
-  // Gaps of 144 to 224 B held SmemSync but not the layer kernel's 232 B: those go after the plan.
-  const SmemLayout gap_224 = smem_layout_of<LayerSmemPlan, LayerSmemSync>(1024 - 224);
-  EXPECT_EQ(gap_224.sync_offset, 224u + sizeof(LayerSmemPlan));
-  const SmemLayout gap_240 = smem_layout_of<LayerSmemPlan, LayerSmemSync>(1024 - 240);
-  EXPECT_EQ(gap_240.sync_offset, 0u);
-  EXPECT_EQ(gap_240.plan_offset, 240u);
+  // Gaps of 144 to 256 B held SmemSync but not the layer kernel's 264 B: those go after the plan.
+  const SmemLayout gap_256 = smem_layout_of<LayerSmemPlan, LayerSmemSync>(1024 - 256);
+  EXPECT_EQ(gap_256.sync_offset, 256u + sizeof(LayerSmemPlan));
+  const SmemLayout gap_272 = smem_layout_of<LayerSmemPlan, LayerSmemSync>(1024 - 272);
+  EXPECT_EQ(gap_272.sync_offset, 0u);
+  EXPECT_EQ(gap_272.plan_offset, 272u);
 }
 
 TEST(Sm90LayerSmemLayout, RegionsCoverBothBlocks) {

@@ -40,6 +40,12 @@ __device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src, uint3
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(kBytes), "r"(src_bytes));
 }
+// Arrives on the mbarrier once every cp.async this thread issued before it has landed (.noinc: the
+// barrier's arrival count includes this arrive). "Data Movement and Conversion Instructions:
+// cp.async.mbarrier.arrive".
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 // "Data Movement and Conversion Instructions: cp.async.commit_group".
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending committed groups are still in flight.

@@ -11,7 +11,8 @@
 //    (TileRecord), and loads the item's q by TMA (64 KiB, resident for all its tiles); warps 0-2
 //    gather each tile's rows 64 keys (a subtile) at a time into staging and dequantize them into
 //    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1). In a
-//    pair each CTA gathers 32 of a subtile's keys and writes them into both CTAs' stages;
+//    pair each CTA gathers 32 of a subtile's keys and writes them into both CTAs' stages, warp 0
+//    issuing the copies into a two-share staging ring and warps 1-2 dequantizing (LayerPair);
 //  * two consumers (WG 1, 2) hold the same 64 heads: each computes a subtile's S = Q K^T (the
 //    duplicate costs the tensor pipe, not the producer) and owns one 256-dim half of O, whose
 //    accumulators live across the tiles of an online softmax (log2 domain); after the item's last
@@ -68,6 +69,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(&sync.meta_full[m], kCompactThreads);
       ptx::mbarrier_init(&sync.meta_empty[m], kConsumerThreads + kGatherThreads);
     }
+    for (int b = 0; b < kStagingShares; ++b) {
+      ptx::mbarrier_init(&sync.staged_full[b], Pair::kIssuerThreads);
+      ptx::mbarrier_init(&sync.staged_empty[b], Pair::kStageWriters);
+    }
     ptx::fence_barrier_init();
   }
   // A pair's CTAs arrive on each other's barriers: both must have initialized theirs.
@@ -84,7 +89,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     ptx::setmaxnreg_dec<kLayerProducerRegisters>();
     if (threadIdx.x < kGatherThreads) {
-      run_layer_gather_warps<Pair>(p, smem, sync, rank);
+      if constexpr (Pair::kSplitGather) {
+        if (threadIdx.x < Pair::kIssuerThreads) {
+          run_pair_issuer_warp(p, smem, sync, rank);
+        } else {
+          run_pair_dequant_warps(p, smem, sync, rank);
+        }
+      } else {
+        run_layer_gather_warps<Pair>(p, smem, sync, rank);
+      }
     } else {
       run_layer_compaction_warp<Pair>(p, q_map, smem, sync, rank);
     }

@@ -31,16 +31,30 @@ inline constexpr int kKvStages = 2;
 // that work per CTA and reads each row once from HBM instead of once more from L2, but measured
 // 1-4% faster, not the 1.4x predicted (perf-notes, v4). kCtas is 1 for H <= 64, where nothing is
 // shared.
+//
+// v5: in a pair the gather warps split into an issuer (warp 0: cp.async of each subtile's share,
+// 32 rows, into a ring of two staging shares, completing on staged_full by
+// cp.async.mbarrier.arrive) and two dequantizing warps (1, 2: staging -> both CTAs' stages), so
+// that the next share's rows are on their way while this one is dequantized, and the warp that
+// waits for the next record is not the one that dequantizes (v4b deadlocked on that). A lone CTA
+// keeps v4's three gather warps, one subtile staged at a time.
 template <int kCtasPerToken>
 struct LayerPair {
   static_assert(kCtasPerToken == 1 || kCtasPerToken == 2, "one slab or a pair");
   static constexpr int kCtas = kCtasPerToken;
   static constexpr int kGatherKeys = kSubtileKeys / kCtas;  // keys of each subtile this CTA gathers
-  // A stage is full once both CTAs' gather warps wrote their keys, and free once both CTAs'
-  // consumers are done with it (each gather writes both CTAs' stages).
-  static constexpr uint32_t kKvFullArrivals = kCtas * kGatherThreads;
+  static constexpr bool kSplitGather = kCtas == 2;           // an issuer warp and dequantizing warps
+  static constexpr int kIssuerThreads = 32;
+  // The threads that write K/V stages: the dequantizing warps in a pair, all gather warps alone.
+  static constexpr int kStageWriters = kSplitGather ? kGatherThreads - kIssuerThreads : kGatherThreads;
+  // A stage is full once both CTAs' writers wrote their keys, and free once both CTAs' consumers
+  // are done with it (each CTA's writers fill both CTAs' stages).
+  static constexpr uint32_t kKvFullArrivals = kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
 };
+// The staging ring of a pair: two shares of 32 rows (the 64 rows of LayerSmemPlan::staging).
+inline constexpr int kStagingShares = 2;
+static_assert(kStagingShares * LayerPair<2>::kGatherKeys == kSubtileKeys, "the shares fill staging");
 
 // The layer kernel's K/V ring and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
 // consumers' 4-stage q rings (2 x 4 x 8 KiB) turned into the item's whole q (8 x 8 KiB).
@@ -79,7 +93,9 @@ struct TileRecord {
 //                 stage s (its last wgmma that reads it)
 //   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written
 //   meta_empty[b] kConsumerThreads + kGatherThreads: the consumers read the scales, the gather warps
-//                 the row offsets (and everyone the record)
+//                 the row offsets (and everyone the record); in a pair both the issuer and the
+//                 dequantizing warps (the RoPE copy) read the row offsets
+//   staged_full[b], staged_empty[b]: LayerPair's comment
 struct LayerSmemSync {
   TileRecord record[2];
   int warp_counts[1];  // the compaction runs on one warp
@@ -89,13 +105,16 @@ struct LayerSmemSync {
   uint64_t kv_empty[kKvStages];
   uint64_t meta_full[2];
   uint64_t meta_empty[2];
+  // A pair's staging ring (LayerPair::kSplitGather); unused by a lone CTA.
+  uint64_t staged_full[kStagingShares];   // the issuer's 32 lanes, each once its copies landed
+  uint64_t staged_empty[kStagingShares];  // the 64 dequantizing threads, each after reading the share
 };
 // kv 131072 + q 65536 + staging 32768 + row_offset 1024 + inv_scale 1024 = 231424 B = 226 KiB;
-// 2 records (32 B) + 1 count (4 B, padded to 8) + 24 mbarriers x 8 B = 232 B.
-static_assert(sizeof(LayerSmemPlan) == 226 * 1024 && sizeof(LayerSmemSync) == 232, "the sizes the comments here use");
+// 2 records (32 B) + 1 count (4 B, padded to 8) + 28 mbarriers x 8 B = 264 B.
+static_assert(sizeof(LayerSmemPlan) == 226 * 1024 && sizeof(LayerSmemSync) == 264, "the sizes the comments here use");
 
-// Bytes the launch asks for. The records and barriers (232 B) fit every gap that SmemSync's 144 B
-// fit but the ones from 144 to 224 B, where they go after the plan instead; the worst case is
+// Bytes the launch asks for. The records and barriers (264 B) fit every gap that SmemSync's 144 B
+// fit but the ones from 144 to 256 B, where they go after the plan instead; the worst case is
 // still a base 16 bytes past a 1024 boundary (1008 B of gap + 226 KiB).
 inline constexpr int kLayerSmemBytes = static_cast<int>(largest_layout_end<LayerSmemPlan, LayerSmemSync>());
 static_assert(kLayerSmemBytes == kSmemBytes, "the worst case named above");

@@ -135,16 +135,15 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
 }
 
 // The first kChunks 16-byte pieces of each of this CTA's rows of the subtile (keys first_key ..
-// first_key + kGatherKeys - 1) into staging, zero-filled past count.
-// Keys are counted from first_key (row_offset, count and the staging rows shifted by it), so that the
-// unrolled loop's addresses are what they were without pairs (a runtime first_key in each of them
-// spilled the producer 24 B at 72 registers).
+// first_key + kGatherKeys - 1) into the staging rows `rows`, zero-filled past count. Keys are
+// counted from first_key (row_offset and count shifted by it), so that the unrolled loop's
+// addresses are what they were without pairs (a runtime first_key in each of them spilled the
+// producer 24 B at 72 registers).
 template <class Pair, int kChunks, int kUnroll>
-__device__ __forceinline__ void issue_row_pieces(const Subtile& u, LayerSmemPlan& smem, int tid, int first_key) {
+__device__ __forceinline__ void issue_row_pieces(const Subtile& u, uint8_t (*rows)[kHeadDim], int tid, int first_key) {
   const uint8_t* kv_cache = u.src->kv_cache;
   const uint32_t* row_offset = u.row_offset + first_key;
   const int count = u.count - first_key;
-  uint8_t(*rows)[kHeadDim] = smem.staging + first_key;
 #pragma unroll kUnroll
   for (int piece = tid; piece < Pair::kGatherKeys * kChunks; piece += kGatherThreads) {
     const int key = piece / kChunks;
@@ -156,30 +155,34 @@ __device__ __forceinline__ void issue_row_pieces(const Subtile& u, LayerSmemPlan
 }
 
 // The part of a subtile's copies that may run while the consumers still use its stage: whole seed
-// rows, or kModel1's e4m3 bytes and scale rows. Keys past count are zero-filled, so that they
-// enter S and O as zeros (the consumers mask their scores; 0 * stale data could be NaN).
+// rows, or kModel1's e4m3 bytes and scale rows, into the staging rows `rows`. Keys past count are
+// zero-filled, so that they enter S and O as zeros (the consumers mask their scores; 0 * stale
+// data could be NaN).
 template <class Pair>
-__device__ __forceinline__ void issue_subtile_gather(const Subtile& u, LayerSmemPlan& smem, int tid, int first_key) {
+__device__ __forceinline__ void issue_subtile_gather(const Subtile& u, uint8_t (*rows)[kHeadDim], int tid,
+                                                     int first_key) {
   if (!u.src->is_model1) {
-    issue_row_pieces<Pair, kStagingChunks, 4>(u, smem, tid, first_key);
+    issue_row_pieces<Pair, kStagingChunks, 4>(u, rows, tid, first_key);
   } else {
     // two pieces a round, as the build measured on the H200
-    issue_row_pieces<Pair, kModel1E4m3Chunks, 2>(u, smem, tid, first_key);
+    issue_row_pieces<Pair, kModel1E4m3Chunks, 2>(u, rows, tid, first_key);
     static_assert(Pair::kGatherKeys <= kGatherThreads, "one scale row per thread");
-    if (tid < Pair::kGatherKeys) {  // key tid of this CTA's keys, counted from first_key as above
+    if (tid < Pair::kGatherKeys) {
       const bool valid = first_key + tid < u.count;
       const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[first_key + tid]) : u.src->kv_cache;
-      ptx::cp_async_ca<kModel1ScaleRowBytes>(
-          ptx::smem_addr(staged_piece(smem.staging + first_key, tid, kModel1E4m3Chunks)), src,
-          valid ? kModel1ScaleRowBytes : 0u);
+      ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(rows, tid, kModel1E4m3Chunks)), src,
+                                             valid ? kModel1ScaleRowBytes : 0u);
     }
   }
   ptx::cp_async_commit();
 }
 
-// kModel1: the RoPE values into the stage's last 64-dim block. Only once the stage is free.
+// kModel1: the RoPE values into the stage's last 64-dim block, by kCopyThreads threads (tid 0..
+// kCopyThreads - 1). Only once the stage is free.
+template <int kCopyThreads>
 __device__ __forceinline__ void issue_rope_copy(const Subtile& u, LayerSmemPlan& smem, int stage, int tid) {
-  issue_model1_rope_copy<kSubtileKeys>(u.src->kv_cache, u.row_offset, u.count, smem.kv[stage][kQChunks - 1], tid);
+  issue_model1_rope_copy<kSubtileKeys, kCopyThreads>(u.src->kv_cache, u.row_offset, u.count,
+                                                     smem.kv[stage][kQChunks - 1], tid);
 }
 
 // Staging -> bf16 stage, in units of (key, 32-dim group), keys fastest (conflict-free reads of
@@ -188,12 +191,13 @@ __device__ __forceinline__ void issue_rope_copy(const Subtile& u, LayerSmemPlan&
 // its power of two, exactly in bf16 (its 7 scale bytes are staged piece 28). A pair's CTA converts
 // its keys and writes each chunk into its own stage and the same place of the peer's.
 template <class Pair, bool kModel1>
-__device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, int stage, int tid, int first_key, int peer) {
+__device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, uint8_t (*rows)[kHeadDim], int stage, int tid,
+                                                   int first_key, int peer) {
+  constexpr int kThreads = Pair::kStageWriters;
   constexpr int kGroups = (kModel1 ? kModel1E4m3Dims : kHeadDim) / 32;
   // One unit at a time: two in flight spill the producer at 72 registers (ptxas, CUDA 13.0).
-  uint8_t(*rows)[kHeadDim] = smem.staging + first_key;  // keys counted from first_key, as issue_row_pieces
 #pragma unroll 1
-  for (int unit = tid; unit < Pair::kGatherKeys * kGroups; unit += kGatherThreads) {
+  for (int unit = tid; unit < Pair::kGatherKeys * kGroups; unit += kThreads) {
     const int key = unit % Pair::kGatherKeys;
     const int group = unit / Pair::kGatherKeys;
     const uint4 lo = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group));
@@ -237,6 +241,14 @@ struct GatherCursor {
   int num_valid;
 };
 
+// The cursor on the CTA's first record with entries; false if it has none.
+__device__ __forceinline__ bool start_gather(const DecodeParams& p, LayerSmemSync& sync, GatherCursor& at) {
+  at = GatherCursor{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+  if (!next_layer_tile(sync, at.meta, at.items_left)) return false;
+  at.num_valid = sync.record[at.meta.index].num_valid;
+  return true;
+}
+
 __device__ __forceinline__ Subtile subtile_at(const DecodeParams& p, const LayerSmemPlan& smem, LayerSmemSync& sync,
                                               const GatherCursor& at) {
   const KvSourceParams& src = sync.record[at.meta.index].from_extra ? p.extra : p.window;
@@ -253,15 +265,14 @@ template <class Pair>
 __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                        int rank) {
   const int first_key = rank * Pair::kGatherKeys;
-  GatherCursor at{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+  GatherCursor at;
   PipeState<kKvStages> kv;
-  if (!next_layer_tile(sync, at.meta, at.items_left)) return;
-  at.num_valid = sync.record[at.meta.index].num_valid;
+  if (!start_gather(p, sync, at)) return;
   for (;;) {
     const int tid = ptx::thread_index_x_unhoisted();  // 0..95; held across the loop, the addresses
                                                       // derived from it spilled the producer
     const Subtile u = subtile_at(p, smem, sync, at);
-    issue_subtile_gather<Pair>(u, smem, tid, first_key);
+    issue_subtile_gather<Pair>(u, smem.staging + first_key, tid, first_key);
     const bool record_done = at.first_key + kSubtileKeys >= at.num_valid;
     if (record_done) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
@@ -269,17 +280,17 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // consumers are done with the stage
     const bool model1 = u.src->is_model1 != 0;
     if (model1) {
-      issue_rope_copy(u, smem, kv.index, tid);
+      issue_rope_copy<kGatherThreads>(u, smem, kv.index, tid);
       ptx::cp_async_wait<1>();
     } else {
       ptx::cp_async_wait<0>();
     }
     ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging holds the whole subtile
     if (model1) {
-      dequantize_subtile<Pair, true>(smem, kv.index, tid, first_key, rank ^ 1);
+      dequantize_subtile<Pair, true>(smem, smem.staging + first_key, kv.index, tid, first_key, rank ^ 1);
       ptx::cp_async_wait<0>();  // the RoPE values
     } else {
-      dequantize_subtile<Pair, false>(smem, kv.index, tid, first_key, rank ^ 1);
+      dequantize_subtile<Pair, false>(smem, smem.staging + first_key, kv.index, tid, first_key, rank ^ 1);
     }
     if constexpr (Pair::kCtas == 2) {
       ptx::fence_proxy_async_cluster();  // this thread's stores to both stages, before the wgmmas
@@ -300,6 +311,125 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     } else {
       at.first_key += kSubtileKeys;
     }
+  }
+}
+
+// ---- v5: a pair's gather warps as an issuer and two dequantizing warps (LayerPair) ----
+
+// Moves the cursor to its next subtile: the record's next 64 keys or the next record with entries
+// (releasing the empty ones on the way); false once the CTA's items are done.
+__device__ __forceinline__ bool advance_gather(LayerSmemSync& sync, GatherCursor& at) {
+  if (at.first_key + kSubtileKeys < at.num_valid) {
+    at.first_key += kSubtileKeys;
+    return true;
+  }
+  at.meta.advance();
+  if (!next_layer_tile(sync, at.meta, at.items_left)) return false;
+  at.num_valid = sync.record[at.meta.index].num_valid;
+  at.first_key = 0;
+  return true;
+}
+
+// The issuer's copies of one share: rows first_key .. first_key + 31 of the subtile into the
+// staging share `rows`, zero-filled past count. Four lanes a row, 64 bytes apart, so that one
+// instruction reads 8 rows x 64 contiguous bytes and each lane computes 4 row addresses a share
+// rather than one per 16-byte piece (the per-piece arithmetic cost v2's gather warps a quarter of
+// their time); a kModel1 row's scale row comes with it (lane = key).
+template <bool kModel1>
+__device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kHeadDim], int lane, int first_key) {
+  constexpr int kChunks = kModel1 ? kModel1E4m3Chunks : kStagingChunks;  // 28 or 32, 16 B each
+  constexpr int kLanesPerRow = 4;
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  static_assert(kChunks % kLanesPerRow == 0 && LayerPair<2>::kGatherKeys % kRowsPerPass == 0, "whole rows a pass");
+  const uint8_t* kv_cache = u.src->kv_cache;
+  const int quad = lane % kLanesPerRow;
+#pragma unroll
+  for (int pass = 0; pass < LayerPair<2>::kGatherKeys / kRowsPerPass; ++pass) {
+    const int key = lane / kLanesPerRow + pass * kRowsPerPass;  // key % 8 == lane / 4
+    const bool valid = first_key + key < u.count;
+    const uint8_t* row = valid ? row_address(kv_cache, u.row_offset[first_key + key]) : kv_cache;
+#pragma unroll
+    for (int j = 0; j < kChunks / kLanesPerRow; ++j) {
+      const int chunk = quad + j * kLanesPerRow;
+      ptx::cp_async_16(ptx::smem_addr(staged_piece(rows, key, chunk)), valid ? row + chunk * 16 : kv_cache,
+                       valid ? 16u : 0u);
+    }
+  }
+  if constexpr (kModel1) {
+    const bool valid = first_key + lane < u.count;
+    const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[first_key + lane]) : kv_cache;
+    ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(rows, lane, kModel1E4m3Chunks)), src,
+                                           valid ? kModel1ScaleRowBytes : 0u);
+  }
+}
+
+// Warp 0 of a pair: walks the same subtiles as everyone, a share (this CTA's 32 keys) each, into
+// the staging ring as soon as the share's buffer is free; each lane's arrive on staged_full
+// completes once its copies landed. It may wait for the next record (the compaction publishes it
+// after loading the next item's q, which waits for this item's last S): only the dequantizing
+// warps must never wait there before publishing the stage that S needs, and they do not.
+__device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                     int rank) {
+  using Pair = LayerPair<2>;
+  const int lane = threadIdx.x % 32;
+  const int first_key = rank * Pair::kGatherKeys;
+  GatherCursor at;
+  PipeState<kStagingShares> share;
+  if (!start_gather(p, sync, at)) return;
+  for (;;) {
+    const Subtile u = subtile_at(p, smem, sync, at);
+    ptx::mbarrier_wait(&sync.staged_empty[share.index], share.phase ^ 1u);  // the share two back is read
+    uint8_t(*rows)[kHeadDim] = smem.staging + share.index * Pair::kGatherKeys;
+    if (u.src->is_model1) {
+      issue_share<true>(u, rows, lane, first_key);
+    } else {
+      issue_share<false>(u, rows, lane, first_key);
+    }
+    ptx::cp_async_mbarrier_arrive(&sync.staged_full[share.index]);
+    share.advance();
+    if (at.first_key + kSubtileKeys >= at.num_valid) {
+      ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
+    }
+    if (!advance_gather(sync, at)) return;
+  }
+}
+
+// Warps 1-2 of a pair: per subtile, the stage is free, the share has landed, its keys go into
+// both CTAs' stages (kModel1: the RoPE values of all 64 keys into this CTA's stage by cp.async,
+// as the lone CTA does), the share goes back to the issuer, the stage is published to both
+// CTAs' consumers.
+__device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                       int rank) {
+  using Pair = LayerPair<2>;
+  const int first_key = rank * Pair::kGatherKeys;
+  GatherCursor at;
+  PipeState<kKvStages> kv;
+  PipeState<kStagingShares> share;
+  if (!start_gather(p, sync, at)) return;
+  for (;;) {
+    const int tid = ptx::thread_index_x_unhoisted() - Pair::kIssuerThreads;  // 0..63
+    const Subtile u = subtile_at(p, smem, sync, at);
+    const bool model1 = u.src->is_model1 != 0;
+    ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // both CTAs' consumers are done with it
+    if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
+    ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
+    uint8_t(*rows)[kHeadDim] = smem.staging + share.index * Pair::kGatherKeys;
+    if (model1) {
+      dequantize_subtile<Pair, true>(smem, rows, kv.index, tid, first_key, rank ^ 1);
+    } else {
+      dequantize_subtile<Pair, false>(smem, rows, kv.index, tid, first_key, rank ^ 1);
+    }
+    ptx::mbarrier_arrive(&sync.staged_empty[share.index]);
+    share.advance();
+    if (model1) ptx::cp_async_wait<0>();  // the RoPE values
+    ptx::fence_proxy_async_cluster();      // this thread's stores to both stages, before the wgmmas
+    ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
+    ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(&sync.kv_full[kv.index]), rank ^ 1));
+    kv.advance();
+    if (at.first_key + kSubtileKeys >= at.num_valid) {
+      ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read (RoPE)
+    }
+    if (!advance_gather(sync, at)) return;
   }
 }
 

@@ -82,8 +82,8 @@ __device__ __forceinline__ void issue_half_gather(const DecodeParams& p, SmemPla
 // with half 1. One commit group.
 __device__ __forceinline__ void issue_half_rope_copy(const DecodeParams& p, SmemPlan& smem, const SmemSync& sync,
                                                      int meta, int tid) {
-  issue_model1_rope_copy<kKeys>(p.window.kv_cache, smem.row_offset[meta], sync.num_valid[meta],
-                                smem.kv[kHalves - 1][kBlocksPerHalf - 1], tid);
+  issue_model1_rope_copy<kKeys, kGatherThreads>(p.window.kv_cache, smem.row_offset[meta], sync.num_valid[meta],
+                                                smem.kv[kHalves - 1][kBlocksPerHalf - 1], tid);
 }
 
 // Units of (key, 32-dim group), keys fastest: the 8 threads of a quarter-warp take 8 consecutive

@@ -65,11 +65,11 @@ __device__ __forceinline__ uint4 dequantize_chunk(uint32_t codes_lo, uint32_t co
 // that row_offset lists into `block`, the tile's last 64-dim block ([key][128 B], 16-byte chunks
 // XOR-swizzled by key % 8, as the tile); keys past count are zero-filled. They need no conversion,
 // so they skip staging, and the copy may only be issued once the consumers are done with the tile.
-// One commit group, run by the kGatherThreads gather threads numbered tid.
-template <int kKeysToCopy>
+// One commit group, run by kCopyThreads threads numbered tid.
+template <int kKeysToCopy, int kCopyThreads>
 __device__ __forceinline__ void issue_model1_rope_copy(const uint8_t* kv_cache, const uint32_t* row_offset, int count,
                                                        uint8_t (*block)[kRowBytes], int tid) {
-  for (int piece = tid; piece < kKeysToCopy * kModel1RopeChunks; piece += kGatherThreads) {
+  for (int piece = tid; piece < kKeysToCopy * kModel1RopeChunks; piece += kCopyThreads) {
     const int key = piece / kModel1RopeChunks;
     const int chunk = piece % kModel1RopeChunks;
     const bool valid = key < count;
