@@ -255,6 +255,20 @@ __device__ __forceinline__ Subtile subtile_at(const DecodeParams& p, const Layer
   return Subtile{&src, smem.row_offset[at.meta.index] + at.first_key, min(at.num_valid - at.first_key, kSubtileKeys)};
 }
 
+// Waits until the consumers are done with stage kv. A pair's kv_empty counts the peer's consumers
+// too, whose arrivals are released at cluster scope, and its writers then store into the peer's
+// stage: the acquire must be cluster-scoped as well, or the peer's reads (and, in the peer's
+// stage, writes) before its arrival are not ordered before these stores (racecheck flagged 4
+// hazards of this kind in v5, docs/perf-notes.md).
+template <class Pair>
+__device__ __forceinline__ void wait_stage_free(LayerSmemSync& sync, const PipeState<kKvStages>& kv) {
+  if constexpr (Pair::kCtas == 2) {
+    ptx::mbarrier_wait_cluster(&sync.kv_empty[kv.index], kv.phase ^ 1u);
+  } else {
+    ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);
+  }
+}
+
 // Per subtile: its gather (issued as soon as staging is free, a stage ahead of the consumers)
 // lands, the stage is free, the stage is written and published; then the next subtile's gather
 // goes out. A subtile's latency thus hides under the consumers' multiply of the previous one.
@@ -277,7 +291,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     if (record_done) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
-    ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // consumers are done with the stage
+    wait_stage_free<Pair>(sync, kv);
     const bool model1 = u.src->is_model1 != 0;
     if (model1) {
       issue_rope_copy<kGatherThreads>(u, smem, kv.index, tid);
@@ -410,7 +424,7 @@ __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, La
     const int tid = ptx::thread_index_x_unhoisted() - Pair::kIssuerThreads;  // 0..63
     const Subtile u = subtile_at(p, smem, sync, at);
     const bool model1 = u.src->is_model1 != 0;
-    ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // both CTAs' consumers are done with it
+    wait_stage_free<Pair>(sync, kv);
     if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
     ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
     uint8_t(*rows)[kHeadDim] = smem.staging + share.index * Pair::kGatherKeys;
