@@ -8,10 +8,10 @@ namespace swa_decode {
 
 namespace {
 
-template <int kCtasPerToken>
+template <int kCtasPerToken, bool kSplitGather>
 cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q_map, int ctas, bool dependent_launch,
                                 cudaStream_t stream) {
-  const auto kernel = sm90::decode_sm90_layer_kernel<kCtasPerToken>;
+  const auto kernel = sm90::decode_sm90_layer_kernel<kCtasPerToken, kSplitGather>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kLayerSmemBytes);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config = {};
@@ -44,8 +44,11 @@ cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_
   const int items = params.num_tokens * slabs;
   const int most = slabs == 2 ? persistent_ctas & ~1 : persistent_ctas;
   const int ctas = items < most ? items : most;
-  return slabs == 2 ? launch_layer_kernel<2>(params, q_map, ctas, dependent_launch, stream)
-                    : launch_layer_kernel<1>(params, q_map, ctas, dependent_launch, stream);
+  if (slabs == 1) return launch_layer_kernel<1, false>(params, q_map, ctas, dependent_launch, stream);
+  // sm90_layer_plan.h, LayerPair: a pair over sources of two row formats keeps v4's gather warps.
+  const bool mixed_formats = params.extra.kv_cache != nullptr && params.extra.is_model1 != params.window.is_model1;
+  return mixed_formats ? launch_layer_kernel<2, false>(params, q_map, ctas, dependent_launch, stream)
+                       : launch_layer_kernel<2, true>(params, q_map, ctas, dependent_launch, stream);
 }
 
 }  // namespace swa_decode

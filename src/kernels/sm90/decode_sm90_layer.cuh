@@ -46,11 +46,12 @@
 namespace swa_decode::sm90 {
 
 // kCtasPerToken 2 (H > 64): launched in clusters of two CTAs, a LayerPair; 1: no cluster.
-template <int kCtasPerToken>
+// kSplitGather: LayerPair's kSplitGatherWarps.
+template <int kCtasPerToken, bool kSplitGather>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_sm90_layer_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Pair = LayerPair<kCtasPerToken>;
+  using Pair = LayerPair<kCtasPerToken, kSplitGather>;
   const int rank = Pair::kCtas == 2 ? ptx::cluster_rank() : 0;
   const PlacedSmem<LayerSmemPlan, LayerSmemSync> placed = place_smem<LayerSmemPlan, LayerSmemSync>();
   LayerSmemPlan& smem = placed.plan;

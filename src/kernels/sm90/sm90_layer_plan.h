@@ -37,13 +37,19 @@ inline constexpr int kKvStages = 2;
 // cp.async.mbarrier.arrive) and two dequantizing warps (1, 2: staging -> both CTAs' stages), so
 // that the next share's rows are on their way while this one is dequantized, and the warp that
 // waits for the next record is not the one that dequantizes (v4b deadlocked on that). A lone CTA
-// keeps v4's three gather warps, one subtile staged at a time.
-template <int kCtasPerToken>
+// keeps v4's three gather warps, one subtile staged at a time; so does a pair whose two sources
+// have different row formats (kSplitGatherWarps false, launched by decode_sm90_layer.cu): there a
+// stage's RoPE block is written by this CTA's cp.async for a kModel1 subtile and by the peer's
+// stores for a seed one, and racecheck reports those writes as unordered in v5 (4 hazards, in
+// GpuSm90Layer.Model1RowsInEitherSource, with the barriers ordering them as v4's do; perf-notes,
+// v5), not in v4.
+template <int kCtasPerToken, bool kSplitGatherWarps = kCtasPerToken == 2>
 struct LayerPair {
   static_assert(kCtasPerToken == 1 || kCtasPerToken == 2, "one slab or a pair");
+  static_assert(kCtasPerToken == 2 || !kSplitGatherWarps, "only a pair splits its gather warps");
   static constexpr int kCtas = kCtasPerToken;
   static constexpr int kGatherKeys = kSubtileKeys / kCtas;  // keys of each subtile this CTA gathers
-  static constexpr bool kSplitGather = kCtas == 2;           // an issuer warp and dequantizing warps
+  static constexpr bool kSplitGather = kSplitGatherWarps;   // an issuer warp and dequantizing warps
   static constexpr int kIssuerThreads = 32;
   // The threads that write K/V stages: the dequantizing warps in a pair, all gather warps alone.
   static constexpr int kStageWriters = kSplitGather ? kGatherThreads - kIssuerThreads : kGatherThreads;
