@@ -80,8 +80,8 @@ LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {
       .head_groups_per_cta = head_groups,
       .num_stages = portable::choose_stages(head_groups, list, device.smem_optin_bytes),
       .window_splits = portable::choose_window_splits(
-          shape.num_tokens * ((shape.num_heads + heads_per_cta - 1) / heads_per_cta), window, device.num_sms,
-          device.cc_major),
+          shape.num_tokens * ((shape.num_heads + heads_per_cta - 1) / heads_per_cta), window,
+          shape.has_extra ? shape.extra_max_entries : 0, device.num_sms, device.cc_major),
   };
   return LaunchPlan{
       .name = "portable_mma_g" + std::to_string(head_groups) +

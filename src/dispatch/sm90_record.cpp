@@ -42,8 +42,16 @@ std::string rows_why_not(const char* cache, int32_t alignment, int64_t last_row_
 // The window kernel reads the window alone, seed or kModel1 rows (one instantiation each); the layer
 // kernel reads either row format in either source. A window-only layer runs on the window kernel in
 // both formats, so that each runs at the same ratio to its own floor (issue 12: kModel1's SWA H = 128
-// T = 2048 on the layer kernel was 2.27x its floor, seed rows on the window kernel 1.47x).
-bool runs_layer_kernel(const DecodeShape& shape) { return shape.has_extra; }
+// T = 2048 on the layer kernel was 2.27x its floor, seed rows on the window kernel 1.47x), except
+// kModel1 rows at H <= 64 from kModel1LayerKernelMinTokens on: there the layer kernel's lone CTA
+// is the faster (H200, perf-notes "sm90 window kernel: kModel1 rows": T = 512 60.9 vs 62.7 us,
+// T = 2048 203.2 vs 217.1; T = 128 25.2 vs 24.0).
+constexpr int64_t kModel1LayerKernelMinTokens = 512;
+bool runs_layer_kernel(const DecodeShape& shape) {
+  if (shape.has_extra) return true;
+  return shape.window_format == KvFormat::kModel1 && shape.num_heads <= sm90::kSlabHeads &&
+         shape.num_tokens >= kModel1LayerKernelMinTokens;
+}
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";

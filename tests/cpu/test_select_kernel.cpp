@@ -196,6 +196,50 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
   }
 }
 
+// With an extra source of at least 4 tiles a token, the portable kernel splits while the split
+// grid fits two CTAs per SM (portable_plan.h, choose_window_splits; 264 on the H200's 132 SMs).
+TEST(SelectKernel, LayersSplitTheirEntriesWhileTwoCtasPerSmHoldTheSplitGrid) {
+  const auto portable = [](int64_t tokens, int64_t heads, int64_t entries, const DeviceInfo& device) {
+    return select_kernel(with_extra(shape(tokens, heads), entries), device, KernelId::kPortableMma);
+  };
+  EXPECT_EQ(portable_of(portable(8, 128, 1024, kH200)).window_splits, 4);  // 64 one-group CTAs -> 256
+  EXPECT_EQ(portable(8, 128, 1024, kH200).plan.name, "portable_mma_g1_split4");
+  EXPECT_EQ(portable_of(portable(8, 64, 512, kH200)).window_splits, 4);   // 32 -> 128
+  EXPECT_EQ(portable_of(portable(32, 64, 512, kH200)).window_splits, 1);  // 128 -> 512
+  EXPECT_EQ(portable_of(portable(32, 128, 1024, kH200)).window_splits, 1);
+  EXPECT_EQ(portable_of(portable(8, 128, 96, kH200)).window_splits, 1);  // 3 extra tiles: the window's rule
+  EXPECT_EQ(portable_of(portable(1, 128, 96, kH200)).window_splits, 4);
+  for (int64_t tokens : {1, 8}) EXPECT_EQ(portable_of(portable(tokens, 64, 512, kA100)).window_splits, 1);
+  for (int64_t tokens : {1, 2, 8, 16, 33, 100}) {
+    for (int64_t heads : {1, 16, 64, 128}) {
+      const KernelChoice choice = portable(tokens, heads, 1024, kH200);
+      const int64_t heads_per_cta = 16 * choice.plan.head_groups_per_cta;
+      const int64_t ctas = tokens * ((heads + heads_per_cta - 1) / heads_per_cta);
+      EXPECT_EQ(portable_of(choice).window_splits, ctas * 4 <= 2 * kH200.num_sms ? 4 : 1)
+          << tokens << " tokens, " << heads << " heads";
+    }
+  }
+}
+
+// A window of kModel1 rows alone runs on the sm90 window kernel, but at H <= 64 from 512 tokens on
+// the layer kernel's lone CTA (sm90_record.cpp, kModel1LayerKernelMinTokens: measured the faster).
+TEST(SelectKernel, Model1WindowsAtFewHeadsAndManyTokensRunTheLayerKernel) {
+  if (!sm90_kernel_built()) GTEST_SKIP() << "this build has no sm_90a kernel";
+  const auto plan_name = [](int64_t tokens, int64_t heads, KvFormat format) {
+    DecodeShape s = shape(tokens, heads);
+    s.window_format = format;
+    return kSm90Record.plan(s, kH200).name;
+  };
+  EXPECT_EQ(plan_name(512, 64, KvFormat::kModel1), "sm90_wgmma_layer");
+  EXPECT_EQ(plan_name(2048, 1, KvFormat::kModel1), "sm90_wgmma_layer");
+  EXPECT_EQ(plan_name(511, 64, KvFormat::kModel1), "sm90_wgmma");
+  EXPECT_EQ(plan_name(2048, 65, KvFormat::kModel1), "sm90_wgmma");
+  EXPECT_EQ(plan_name(2048, 64, KvFormat::kE4m3), "sm90_wgmma");
+  DecodeShape model1 = shape(2048, 64);
+  model1.window_format = KvFormat::kModel1;
+  EXPECT_EQ(kSm90Record.why_not(model1, kH200), "");
+}
+
 TEST(SelectKernel, WithAnExtraSourceAFamilyRunsItOrSaysWhyNot) {
   EXPECT_TRUE(reads_extra_source(kPortableRecord));
   EXPECT_EQ(reads_extra_source(kSm90Record), sm90_kernel_built());

@@ -160,15 +160,25 @@ static_assert(keeps_seed_stages_and_two_ctas({}, true) && keeps_seed_stages_and_
                   keeps_seed_stages_and_two_ctas({false, true}, true) && keeps_seed_stages_and_two_ctas({true, true}, true),
               "an extra source or kModel1 rows must not cost sm_90 a stage or its second CTA per SM");
 
-// CTAs that split each window (one thread-block cluster of 4, window_split_combine.cuh): 4 when
-// the split grid stays within a quarter of the SMs and the window has 4 tiles of 32 keys, else 1.
-// Clusters need sm_90. Measured on the H200 (docs/perf-notes.md, portable v11): splitting 8 CTAs
-// 4 ways saves 1.0-1.3 us (H = 128, T = 1: 12.6 -> 11.6 us; H = 16, T = 8: 13.0 -> 11.9 us), while
-// 32 CTAs split 4 ways and every 2-way split were slower than no split.
+// CTAs that split each token's list (one thread-block cluster of 4, window_split_combine.cuh: the
+// window's tiles and the extra source's columns), else 1. Clusters need sm_90.
+// A window alone: 4 when the split grid stays within a quarter of the SMs and the window has 4
+// tiles of 32 keys. Measured on the H200 (docs/perf-notes.md, portable v11): splitting 8 CTAs 4 ways
+// saves 1.0-1.3 us (H = 128, T = 1: 12.6 -> 11.6 us; H = 16, T = 8: 13.0 -> 11.9 us), while 32 CTAs
+// split 4 ways and every 2-way split were slower than no split.
+// With an extra source of at least 4 tiles (a C4A or C128A layer: 500-8000 entries a token, each
+// CTA's serial chain of tiles 4x shorter): 4 while the split grid fits two CTAs per SM (the ring's
+// budget, keeps_seed_stages_and_two_ctas). Measured on the H200 (perf-notes, portable v14): T = 8
+// C4A H = 128 66.9 -> 53.9 us, C4A H = 64 41.9 -> 25.3, C128A 64k H = 128 63.2 -> 39.7; 512 split
+// CTAs (T = 32) were slower: C4A H = 128 81.1 -> 97.0, H = 64 42.9 -> 52.6.
 inline constexpr int kMaxWindowSplits = 4;
-constexpr int choose_window_splits(int64_t ctas, int window_size, int64_t num_sms, int cc_major) {
+constexpr int choose_window_splits(int64_t ctas, int window_size, int64_t extra_entries, int64_t num_sms,
+                                   int cc_major) {
+  if (cc_major < 9) return 1;
+  const int64_t extra_tiles = (extra_entries + kKeysPerTile - 1) / kKeysPerTile;
+  if (extra_tiles >= kMaxWindowSplits) return ctas * kMaxWindowSplits <= 2 * num_sms ? kMaxWindowSplits : 1;
   const int tiles = (window_size + kKeysPerTile - 1) / kKeysPerTile;
-  if (cc_major < 9 || tiles < kMaxWindowSplits || ctas * kMaxWindowSplits > num_sms / 4) return 1;
+  if (tiles < kMaxWindowSplits || ctas * kMaxWindowSplits > num_sms / 4) return 1;
   return kMaxWindowSplits;
 }
 
