@@ -152,15 +152,20 @@ pytest_check() {
 }
 
 nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
+built_here=0
 if ! "$tests" --gtest_list_tests > /dev/null 2>&1; then
   echo "prebuilt binaries do not run here; building ($build)"
+  built_here=1
   cmake -S . -B "$build" -G Ninja -DSWA_DECODE_PORTABLE_ARCHS=90 > "$logs/build.log" 2>&1 &&
     cmake --build "$build" -j16 >> "$logs/build.log" 2>&1 || { tail -30 "$logs/build.log"; exit 1; }
 fi
 
-# A machine without network gets the tree without an up-to-date .git, so without SWA_DECODE_COMMIT
-# the bench JSON names a stale commit (marked dirty): say so where it will be read.
-[ -n "${SWA_DECODE_COMMIT:-}" ] || echo "warning: SWA_DECODE_COMMIT is unset; JSON commits come from this tree's .git" | tee -a "$summary"
+# The bench stamps the commit its binary was built from (tools/stamp_commit.cmake). A machine
+# without network gets the tree without an up-to-date .git, so a binary built here names a stale
+# commit (marked dirty) unless SWA_DECODE_COMMIT says which: say so where it will be read.
+if [ "$built_here" = 1 ] && [ -z "${SWA_DECODE_COMMIT:-}" ]; then
+  echo "warning: SWA_DECODE_COMMIT is unset; the binaries built here stamp this tree's .git" | tee -a "$summary"
+fi
 for step in $steps; do
   case "$step" in
     tests)

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "swa_decode/swa_decode.h"
+#include "swa_decode_cli/build_commit.h"
 
 namespace swa_decode::cli {
 namespace {
@@ -42,18 +43,6 @@ std::string cell(std::optional<double> value, const char* format) {
   char text[32];
   std::snprintf(text, sizeof(text), format, *value);
   return text;
-}
-
-// Output of a shell command, trimmed; empty if it fails.
-std::string run_command(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return "";
-  std::string output;
-  char buffer[256];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-  if (pclose(pipe) != 0) return "";
-  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
-  return output;
 }
 
 }  // namespace
@@ -132,21 +121,14 @@ void write_json(const BenchReport& report, const std::string& path) {
 }
 
 std::string git_commit(bool* dirty) {
-  // A copy of the tree without .git (the lent GPU machine) gets the commit from whoever sent it.
+  // Set by whoever builds elsewhere from a tree without git and knows the commit.
   if (const char* given = std::getenv("SWA_DECODE_COMMIT"); given != nullptr && *given != '\0') {
     const char* given_dirty = std::getenv("SWA_DECODE_COMMIT_DIRTY");
     *dirty = given_dirty != nullptr && std::string(given_dirty) == "1";
     return given;
   }
-  const std::string git = std::string("git -C '") + SWA_DECODE_SOURCE_DIR + "' ";
-  std::string commit = run_command(git + "rev-parse HEAD 2>/dev/null");
-  *dirty = false;
-  if (commit.empty()) {
-    commit = SWA_DECODE_CONFIGURE_COMMIT;
-  } else {
-    *dirty = !run_command(git + "status --porcelain --untracked-files=no 2>/dev/null").empty();
-  }
-  return commit.empty() ? "unknown" : commit;
+  *dirty = SWA_DECODE_BUILD_DIRTY != 0;
+  return SWA_DECODE_BUILD_COMMIT;
 }
 
 }  // namespace swa_decode::cli

@@ -59,7 +59,9 @@ void print_row(const BenchRow& row);
 // Throws std::runtime_error if the file cannot be written.
 void write_json(const BenchReport& report, const std::string& path);
 
-// HEAD of the source checkout (git at run time), else the configure-time hash, else "unknown".
+// The commit this binary was built from and whether tracked files differed from it (stamped at
+// build time: tools/stamp_commit.cmake; "unknown" without git), unless $SWA_DECODE_COMMIT (and
+// $SWA_DECODE_COMMIT_DIRTY=1) say otherwise.
 std::string git_commit(bool* dirty);
 
 }  // namespace swa_decode::cli
