@@ -79,7 +79,7 @@ struct LaunchPlan {
   std::string name;                 // stable kernel name: the bench JSON, query_support and tests use it
   int32_t head_groups_per_cta = 0;  // reported by query_support: 16-head groups one CTA holds, 0 for sm90
   std::variant<std::monostate, PortableLaunch, Sm90Launch> config;
-  // Launched with programmatic dependent launch (src/common/dependent_launch.h): on compute
+  // Launched with programmatic dependent launch (src/common/kernel_launch.h): on compute
   // capability 9.0 and newer, where griddepcontrol exists; select_kernel.cpp sets it for every record.
   bool dependent_launch = false;
 };

@@ -99,7 +99,7 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
 }
 
 // ---- programmatic dependent launch ----
-// Launched with cudaLaunchAttributeProgrammaticStreamSerialization (dispatch/launch.h), a kernel
+// Launched with cudaLaunchAttributeProgrammaticStreamSerialization (src/common/kernel_launch.h), a kernel
 // may start while the kernel before it in the stream is still running; griddepcontrol.wait
 // returns once that kernel has completed and its memory is visible, so every kernel calls it
 // before its first read of global memory (q, indices, lens and the caches may be what the kernel

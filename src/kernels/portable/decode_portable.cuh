@@ -18,9 +18,9 @@
 
 #include <cstdint>
 
-#include "src/common/dependent_launch.h"
 #include "src/common/dim_permutation.cuh"
 #include "src/common/fp8_convert.cuh"
+#include "src/common/kernel_launch.h"
 #include "src/common/params.h"
 #include "src/common/ptx/sm80.cuh"
 #include "src/common/ptx/sm90.cuh"
@@ -501,28 +501,18 @@ cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, 
                                                                   {kWindowModel1, kExtraModel1}))
                              .total_bytes;
   const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow, kHasExtra, kWindowModel1, kExtraModel1>;
-  // Raising the dynamic shared-memory limit is a per-function attribute, not a stream operation,
-  // so it is legal while a CUDA graph is being captured; it costs well under a microsecond.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (err != cudaSuccess) return err;
   constexpr int kHeadsPerCta = kHeadGroups * portable::kHeadsPerGroup;
   // x: tokens (times the splits), y: head blocks (up to 8).
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(params.num_tokens * window_splits),
-                        static_cast<unsigned>((params.num_heads + kHeadsPerCta - 1) / kHeadsPerCta));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2] = {};
-  unsigned num_attrs = 0;
-  if constexpr (kSplitWindow) {
-    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[num_attrs++].val.clusterDim = {static_cast<unsigned>(window_splits), 1, 1};
-  }
-  if (dependent_launch) attrs[num_attrs++] = dependent_launch_attribute();
-  config.attrs = attrs;
-  config.numAttrs = num_attrs;
-  return cudaLaunchKernelEx(&config, kernel, params, num_stages);
+  const KernelLaunch launch{
+      .grid = dim3(static_cast<unsigned>(params.num_tokens * window_splits),
+                   static_cast<unsigned>((params.num_heads + kHeadsPerCta - 1) / kHeadsPerCta)),
+      .block = dim3(kThreads),
+      .smem_bytes = smem_bytes,
+      .cluster_ctas = kSplitWindow ? static_cast<unsigned>(window_splits) : 1u,
+      .dependent_launch = dependent_launch,
+      .stream = stream,
+  };
+  return launch_kernel(kernel, launch, params, num_stages);
 }
 
 template <int kHeadGroups, bool kHasExtra, bool kWindowModel1, bool kExtraModel1>

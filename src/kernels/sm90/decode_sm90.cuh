@@ -18,7 +18,7 @@
 
 #include <cuda.h>
 
-#include "src/common/dependent_launch.h"
+#include "src/common/kernel_launch.h"
 #include "src/common/params.h"
 #include "src/common/ptx/sm90.cuh"
 #include "src/kernels/sm90/sm90_consumer.cuh"
@@ -98,19 +98,14 @@ cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, 
   CUtensorMap q_map;
   cudaError_t err = sm90::encode_q_map(params, &q_map);
   if (err != cudaSuccess) return err;
-  const auto kernel = sm90::decode_sm90_kernel<kModel1>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes);
-  if (err != cudaSuccess) return err;
   const int ctas = params.num_tokens < persistent_ctas ? params.num_tokens : persistent_ctas;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
-  config.blockDim = dim3(sm90::kThreads);
-  config.dynamicSmemBytes = sm90::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute dependent = dependent_launch_attribute();
-  config.attrs = &dependent;
-  config.numAttrs = dependent_launch ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, params, q_map);
+  const KernelLaunch launch{.grid = dim3(static_cast<unsigned>(ctas)),
+                            .block = dim3(sm90::kThreads),
+                            .smem_bytes = sm90::kSmemBytes,
+                            .cluster_ctas = 1,
+                            .dependent_launch = dependent_launch,
+                            .stream = stream};
+  return launch_kernel(sm90::decode_sm90_kernel<kModel1>, launch, params, q_map);
 }
 
 }  // namespace swa_decode

@@ -1,6 +1,6 @@
 #include "src/kernels/sm90/decode_sm90_layer.cuh"
 
-#include "src/common/dependent_launch.h"
+#include "src/common/kernel_launch.h"
 #include "src/kernels/sm90/launch_sm90.h"
 #include "src/kernels/sm90/sm90_q_map.h"
 
@@ -11,24 +11,13 @@ namespace {
 template <int kCtasPerToken, bool kSplitGather>
 cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q_map, int ctas, bool dependent_launch,
                                 cudaStream_t stream) {
-  const auto kernel = sm90::decode_sm90_layer_kernel<kCtasPerToken, kSplitGather>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kLayerSmemBytes);
-  if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
-  config.blockDim = dim3(sm90::kThreads);
-  config.dynamicSmemBytes = sm90::kLayerSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2] = {};
-  unsigned num_attrs = 0;
-  if constexpr (kCtasPerToken > 1) {  // H <= 64 launches without a cluster
-    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[num_attrs++].val.clusterDim = {static_cast<unsigned>(kCtasPerToken), 1, 1};
-  }
-  if (dependent_launch) attrs[num_attrs++] = dependent_launch_attribute();
-  config.attrs = attrs;
-  config.numAttrs = num_attrs;
-  return cudaLaunchKernelEx(&config, kernel, params, q_map);
+  const KernelLaunch launch{.grid = dim3(static_cast<unsigned>(ctas)),
+                            .block = dim3(sm90::kThreads),
+                            .smem_bytes = sm90::kLayerSmemBytes,
+                            .cluster_ctas = kCtasPerToken,  // H <= 64 launches without a cluster
+                            .dependent_launch = dependent_launch,
+                            .stream = stream};
+  return launch_kernel(sm90::decode_sm90_layer_kernel<kCtasPerToken, kSplitGather>, launch, params, q_map);
 }
 
 }  // namespace
