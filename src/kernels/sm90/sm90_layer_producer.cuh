@@ -255,11 +255,24 @@ __device__ __forceinline__ Subtile subtile_at(const DecodeParams& p, const Layer
   return Subtile{&src, smem.row_offset[at.meta.index] + at.first_key, min(at.num_valid - at.first_key, kSubtileKeys)};
 }
 
+// Moves the cursor to its next subtile: the record's next 64 keys or the next record with entries
+// (releasing the empty ones on the way); false once the CTA's items are done.
+__device__ __forceinline__ bool advance_gather(LayerSmemSync& sync, GatherCursor& at) {
+  if (at.first_key + kSubtileKeys < at.num_valid) {
+    at.first_key += kSubtileKeys;
+    return true;
+  }
+  at.meta.advance();
+  if (!next_layer_tile(sync, at.meta, at.items_left)) return false;
+  at.num_valid = sync.record[at.meta.index].num_valid;
+  at.first_key = 0;
+  return true;
+}
+
 // Waits until the consumers are done with stage kv. A pair's kv_empty counts the peer's consumers
 // too, whose arrivals are released at cluster scope, and its writers then store into the peer's
 // stage: the acquire must be cluster-scoped as well, or the peer's reads (and, in the peer's
-// stage, writes) before its arrival are not ordered before these stores (racecheck flagged 4
-// hazards of this kind in v5, docs/perf-notes.md).
+// stage, writes) before its arrival are not ordered before these stores.
 template <class Pair>
 __device__ __forceinline__ void wait_stage_free(LayerSmemSync& sync, const PipeState<kKvStages>& kv) {
   if constexpr (Pair::kCtas == 2) {
@@ -317,32 +330,12 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
       ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(&sync.kv_full[kv.index]), rank ^ 1));
     }
     kv.advance();
-    if (record_done) {
-      at.meta.advance();
-      if (!next_layer_tile(sync, at.meta, at.items_left)) return;
-      at.num_valid = sync.record[at.meta.index].num_valid;
-      at.first_key = 0;
-    } else {
-      at.first_key += kSubtileKeys;
-    }
+    if (!advance_gather(sync, at)) return;
   }
 }
 
 // ---- v5: a pair's gather warps as an issuer and two dequantizing warps (LayerPair) ----
 
-// Moves the cursor to its next subtile: the record's next 64 keys or the next record with entries
-// (releasing the empty ones on the way); false once the CTA's items are done.
-__device__ __forceinline__ bool advance_gather(LayerSmemSync& sync, GatherCursor& at) {
-  if (at.first_key + kSubtileKeys < at.num_valid) {
-    at.first_key += kSubtileKeys;
-    return true;
-  }
-  at.meta.advance();
-  if (!next_layer_tile(sync, at.meta, at.items_left)) return false;
-  at.num_valid = sync.record[at.meta.index].num_valid;
-  at.first_key = 0;
-  return true;
-}
 
 // The issuer's copies of one share: rows first_key .. first_key + 31 of the subtile into the
 // staging share `rows`, zero-filled past count. Four lanes a row, 64 bytes apart, so that one
