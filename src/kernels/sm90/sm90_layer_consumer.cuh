@@ -99,11 +99,7 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
 #pragma unroll
         for (int i = 0; i < kSubtileKeys / 2; ++i) s[i] = 0.0f;
         fence_accumulators(s);
-        if constexpr (Pair::kCtas == 2) {
-          ptx::mbarrier_wait_cluster(&sync.kv_full[kv.index], kv.phase);
-        } else {
-          ptx::mbarrier_wait(&sync.kv_full[kv.index], kv.phase);
-        }
+        wait_pair_phase<Pair>(&sync.kv_full[kv.index], kv.phase);
 #pragma unroll
         for (int c = 0; c < kQChunks; ++c) {
           ptx::mbarrier_wait(&sync.q_full[c], q.phase);  // returns at once after the item's first subtile

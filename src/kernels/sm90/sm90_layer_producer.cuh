@@ -269,16 +269,18 @@ __device__ __forceinline__ bool advance_gather(LayerSmemSync& sync, GatherCursor
   return true;
 }
 
-// Waits until the consumers are done with stage kv. A pair's kv_empty counts the peer's consumers
-// too, whose arrivals are released at cluster scope, and its writers then store into the peer's
-// stage: the acquire must be cluster-scoped as well, or the peer's reads (and, in the peer's
-// stage, writes) before its arrival are not ordered before these stores.
+// Waits for phase `parity` of one of this CTA's barriers that a pair's peer arrives on too
+// (kv_full, kv_empty). The peer releases its arrivals at cluster scope, and what they order is
+// then read (the peer's stores into this CTA's stage) or overwritten (this CTA's writers also
+// store into the peer's stage): the acquire must be cluster-scoped as well, or the peer's accesses
+// before its arrival are not ordered before this CTA's after the wait. A lone CTA waits at CTA
+// scope.
 template <class Pair>
-__device__ __forceinline__ void wait_stage_free(LayerSmemSync& sync, const PipeState<kKvStages>& kv) {
+__device__ __forceinline__ void wait_pair_phase(uint64_t* bar, uint32_t parity) {
   if constexpr (Pair::kCtas == 2) {
-    ptx::mbarrier_wait_cluster(&sync.kv_empty[kv.index], kv.phase ^ 1u);
+    ptx::mbarrier_wait_cluster(bar, parity);
   } else {
-    ptx::mbarrier_wait(&sync.kv_empty[kv.index], kv.phase ^ 1u);
+    ptx::mbarrier_wait(bar, parity);
   }
 }
 
@@ -304,7 +306,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     if (record_done) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
-    wait_stage_free<Pair>(sync, kv);
+    wait_pair_phase<Pair>(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
     const bool model1 = u.src->is_model1 != 0;
     if (model1) {
       issue_rope_copy<kGatherThreads>(u, smem, kv.index, tid);
@@ -417,7 +419,7 @@ __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, La
     const int tid = ptx::thread_index_x_unhoisted() - Pair::kIssuerThreads;  // 0..63
     const Subtile u = subtile_at(p, smem, sync, at);
     const bool model1 = u.src->is_model1 != 0;
-    wait_stage_free<Pair>(sync, kv);
+    wait_pair_phase<Pair>(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
     if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
     ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
     uint8_t(*rows)[kHeadDim] = smem.staging + share.index * Pair::kGatherKeys;
