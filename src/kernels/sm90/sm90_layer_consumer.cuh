@@ -140,10 +140,7 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<0>();
         fence_accumulators(o);
-        ptx::mbarrier_arrive(&sync.kv_empty[kv.index]);
-        if constexpr (Pair::kCtas == 2) {
-          ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(&sync.kv_empty[kv.index]), rank ^ 1));
-        }
+        arrive_pair<Pair>(&sync.kv_empty[kv.index], rank);
         kv.advance();
         o_started = true;
       }

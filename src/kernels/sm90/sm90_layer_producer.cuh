@@ -269,6 +269,15 @@ __device__ __forceinline__ bool advance_gather(LayerSmemSync& sync, GatherCursor
   return true;
 }
 
+// Arrives on this CTA's barrier `bar` (kv_full, kv_empty) and, in a pair, on the peer's barrier
+// at the same place, which counts this CTA's threads too; the remote arrive releases at cluster
+// scope (wait_pair_phase acquires it).
+template <class Pair>
+__device__ __forceinline__ void arrive_pair(uint64_t* bar, int rank) {
+  ptx::mbarrier_arrive(bar);
+  if constexpr (Pair::kCtas == 2) ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(bar), rank ^ 1));
+}
+
 // Waits for phase `parity` of one of this CTA's barriers that a pair's peer arrives on too
 // (kv_full, kv_empty). The peer releases its arrivals at cluster scope, and what they order is
 // then read (the peer's stores into this CTA's stage) or overwritten (this CTA's writers also
@@ -327,10 +336,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
       ptx::fence_proxy_async_shared();
     }
     ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
-    ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
-    if constexpr (Pair::kCtas == 2) {
-      ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(&sync.kv_full[kv.index]), rank ^ 1));
-    }
+    arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
     kv.advance();
     if (!advance_gather(sync, at)) return;
   }
@@ -432,8 +438,7 @@ __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, La
     share.advance();
     if (model1) ptx::cp_async_wait<0>();  // the RoPE values
     ptx::fence_proxy_async_cluster();      // this thread's stores to both stages, before the wgmmas
-    ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
-    ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(&sync.kv_full[kv.index]), rank ^ 1));
+    arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
     kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read (RoPE)
