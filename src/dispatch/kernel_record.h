@@ -21,7 +21,7 @@
 namespace swa_decode {
 
 // A kernel family; kNone asks for the free choice where a family may be named.
-enum class KernelId : int32_t { kNone = 0, kPortableMma = 1, kSm90Wgmma = 2 };
+enum class KernelId : int32_t { kNone = 0, kPortableMma = 1, kSm90Wgmma = 2, kFewHeadsMma = 3 };
 
 // What the selection needs to know about the problem (already validated by src/api/).
 struct DecodeShape {
@@ -74,11 +74,16 @@ struct Sm90Launch {
   bool layer = false;
 };
 
+// Launch configuration of the few-heads kernel (src/kernels/few_heads/launch_few_heads.h).
+struct FewHeadsLaunch {
+  int32_t head_tiles;  // 8-head mma N tiles one CTA holds: 1 or 2
+};
+
 // What a record's plan() decides for a shape it runs.
 struct LaunchPlan {
   std::string name;                 // stable kernel name: the bench JSON, query_support and tests use it
   int32_t head_groups_per_cta = 0;  // reported by query_support: 16-head groups one CTA holds, 0 for sm90
-  std::variant<std::monostate, PortableLaunch, Sm90Launch> config;
+  std::variant<std::monostate, PortableLaunch, Sm90Launch, FewHeadsLaunch> config;
   // Launched with programmatic dependent launch (src/common/kernel_launch.h): on compute
   // capability 9.0 and newer, where griddepcontrol exists; select_kernel.cpp sets it for every record.
   bool dependent_launch = false;
@@ -105,5 +110,6 @@ struct KernelRecord {
 // priority order.
 extern const KernelRecord kSm90Record;
 extern const KernelRecord kPortableRecord;
+extern const KernelRecord kFewHeadsRecord;
 
 }  // namespace swa_decode

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "src/kernels/few_heads/launch_few_heads.h"
 #include "src/kernels/portable/launch_portable.h"
 #if defined(SWA_DECODE_HAS_SM90)
 #include "src/kernels/sm90/launch_sm90.h"
@@ -23,6 +24,12 @@ cudaError_t launch_portable(const DecodeParams& params, const LaunchPlan& plan, 
   return config->head_groups_per_cta == 2
              ? launch_portable_decode<2>(params, config->num_stages, config->window_splits, plan.dependent_launch, stream)
              : launch_portable_decode<1>(params, config->num_stages, config->window_splits, plan.dependent_launch, stream);
+}
+
+cudaError_t launch_few_heads(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream) {
+  const FewHeadsLaunch* config = std::get_if<FewHeadsLaunch>(&plan.config);
+  if (config == nullptr) return cudaErrorInvalidValue;
+  return launch_few_heads_decode(params, config->head_tiles, plan.dependent_launch, stream);
 }
 
 cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream) {

@@ -20,5 +20,6 @@ Status launch_decode(const DecodeParams& params, const KernelRecord& kernel, con
 // cudaErrorInvalidValue if the plan was made by another record.
 cudaError_t launch_portable(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream);
 cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream);
+cudaError_t launch_few_heads(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream);
 
 }  // namespace swa_decode

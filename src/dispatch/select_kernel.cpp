@@ -11,8 +11,9 @@ namespace {
 constexpr int32_t kMinComputeCapability = 80;  // mma.sync bf16 + cp.async
 
 // Priority order. sm90 first: where it runs and is preferred (enough heads and tokens) it is the
-// fastest; the portable kernel runs everything else.
-constexpr std::array<const KernelRecord*, 2> kRecords = {&kSm90Record, &kPortableRecord};
+// fastest; the few-heads kernel next, for the windows of few heads it is built for; the portable
+// kernel runs everything else.
+constexpr std::array<const KernelRecord*, 3> kRecords = {&kSm90Record, &kFewHeadsRecord, &kPortableRecord};
 
 KernelChoice unsupported(std::string why) {
   KernelChoice choice;

@@ -452,7 +452,8 @@ bool reads_model1(KernelId family) {
 
 TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
   const std::vector<std::pair<std::string, KernelId>> families = {
-      {"free", KernelId::kNone}, {"portable", KernelId::kPortableMma}, {"sm90", KernelId::kSm90Wgmma}};
+      {"free", KernelId::kNone}, {"portable", KernelId::kPortableMma}, {"sm90", KernelId::kSm90Wgmma},
+      {"few_heads", KernelId::kFewHeadsMma}};
   // Per family: every configuration, and those whose sources it reads (the coverage of a family
   // that reads no extra source or no kModel1 rows yet is judged on the configurations without them).
   std::vector<st::FamilyTally> tallies, readable_tallies;
@@ -491,8 +492,10 @@ TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
     for (size_t f = 0; f < families.size(); ++f) {
       const KernelChoice choice = select_kernel(shape, kH200, families[f].second);
       const bool ran = choice.id() != KernelId::kNone;
-      const bool aligned = families[f].second == KernelId::kSm90Wgmma ? sm90_built && config.sm90_shaped
-                                                                      : config.kernel_aligned;
+      // The few-heads kernel takes the sm90 kernel's shapes (W <= 128, 16-byte rows).
+      const bool aligned = families[f].second == KernelId::kSm90Wgmma     ? sm90_built && config.sm90_shaped
+                           : families[f].second == KernelId::kFewHeadsMma ? config.sm90_shaped
+                                                                          : config.kernel_aligned;
       const bool readable = reads_sources_of(families[f].second, batch);
       EXPECT_EQ(ran, aligned && readable) << families[f].first << ": " << choice.plan.name << choice.why_not;
       readable_configs[f] += readable;

@@ -78,6 +78,11 @@ TEST(SelectKernel, DeepSeekShapesRunOnHopperAndAmpere) {
           EXPECT_TRUE(choice.why_not.empty()) << choice.why_not;
           if (choice.id() == KernelId::kSm90Wgmma) {
             EXPECT_EQ(sm90_of(choice).persistent_ctas, device.num_sms);
+          } else if (choice.id() == KernelId::kFewHeadsMma) {
+            // A window of at most 128 for at most 16 heads; never more head tiles than there are heads.
+            EXPECT_LE(heads, 16);
+            EXPECT_LE(window, 128);
+            EXPECT_EQ(choice.plan.name, heads <= 8 ? "few_heads_n8" : "few_heads_n16");
           } else {
             EXPECT_GE(choice.plan.head_groups_per_cta, 1);
             // A CTA never holds more 16-head groups than the problem has.
@@ -91,11 +96,16 @@ TEST(SelectKernel, DeepSeekShapesRunOnHopperAndAmpere) {
 
 TEST(SelectKernel, HopperFastPathWhereItFits) {
   // The sm90 kernel runs H > 16 with the whole window (<= 128) in shared memory and 16-byte rows;
-  // everything else, and every non-Hopper device, runs the portable kernel.
+  // the few-heads kernel such windows of 16 heads or fewer; everything else, and every non-Hopper
+  // device beyond those few-heads windows, runs the portable kernel.
   const bool built = sm90_kernel_built();
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
   EXPECT_EQ(select_kernel(shape(512, 64, 512, 100), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
-  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200).id(), KernelId::kPortableMma);
+  // 16 heads or fewer with a window of at most 128 (16-byte rows): the few-heads kernel, on any device.
+  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200).id(), KernelId::kFewHeadsMma);
+  EXPECT_EQ(select_kernel(shape(1, 8, 512, 128), kA100).id(), KernelId::kFewHeadsMma);
+  EXPECT_EQ(select_kernel(shape(512, 16, 512, 129), kH200).id(), KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(512, 17, 512, 128), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 129), kH200).id(), KernelId::kPortableMma);
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kA100).id(), KernelId::kPortableMma);
   DecodeShape eight_byte_rows = shape(512, 128, 512, 128);
@@ -464,7 +474,7 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
     EXPECT_NE(record->plan, nullptr);
     EXPECT_NE(record->launch, nullptr);
   }
-  EXPECT_EQ(families, (std::set<std::string>{"portable", "sm90"}));  // SWA_DECODE_TEST_KERNEL and --kernel
+  EXPECT_EQ(families, (std::set<std::string>{"portable", "sm90", "few_heads"}));  // SWA_DECODE_TEST_KERNEL and --kernel
   EXPECT_EQ(find_kernel(KernelId::kNone), nullptr);
   EXPECT_EQ(find_kernel("cpu"), nullptr);
 
@@ -489,7 +499,8 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
   }
   std::set<std::string> names;
   for (const auto& [name, owner] : name_owner) names.insert(name);
-  std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
+  std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4", "few_heads_n8",
+                                  "few_heads_n16"};
   if (sm90_kernel_built()) stable.insert({"sm90_wgmma", "sm90_wgmma_layer"});
   EXPECT_EQ(names, stable);
   std::set<size_t> types;

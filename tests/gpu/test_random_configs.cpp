@@ -40,7 +40,8 @@ struct Family {
 };
 constexpr Family kFamilies[] = {{"free", KernelId::kNone, ""},
                                 {"portable", KernelId::kPortableMma, "portable_mma"},
-                                {"sm90", KernelId::kSm90Wgmma, "sm90"}};
+                                {"sm90", KernelId::kSm90Wgmma, "sm90"},
+                                {"few_heads", KernelId::kFewHeadsMma, "few_heads"}};
 
 const char* code_name(swa_decode::StatusCode code) {
   switch (code) {
@@ -127,8 +128,12 @@ TEST_F(GpuRandomConfigs, EveryKernelFamilyMatchesTheReference) {
     const swa_decode::DecodeArgs args = st::device_args(batch, device, 0, batch.num_tokens, stream.get());
     std::vector<st::FamilyRun> runs;
     for (const Family& family : kFamilies) {
-      const bool expected = family.id == KernelId::kSm90Wgmma ? sm90.supported && config.sm90_shaped
-                                                              : config.kernel_aligned;
+      // The few-heads kernel takes the sm90 kernel's shapes (W <= 128, 16-byte rows), a window alone
+      // in the seed format.
+      const bool few_heads_reads = !batch.extra && batch.format == swa_decode::KvFormat::kE4m3;
+      const bool expected = family.id == KernelId::kSm90Wgmma     ? sm90.supported && config.sm90_shaped
+                            : family.id == KernelId::kFewHeadsMma ? config.sm90_shaped && few_heads_reads
+                                                                  : config.kernel_aligned;
       runs.push_back(run_family(family, args, device, stream.get(), expected));
     }
     return runs;

@@ -62,6 +62,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
 }
+// Two 8x8 b16 matrices (lanes 0-15 give the row addresses). "Warp-level Matrix Instructions: ldmatrix".
+__device__ __forceinline__ void ldmatrix_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
 // The same, each matrix transposed. "Warp-level Matrix Instructions: ldmatrix".
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
                                                   uint32_t& r3) {
@@ -95,6 +99,13 @@ __device__ __forceinline__ uint4 ld_global_nc_v4(const void* ptr) {
   asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(ptr));
+  return v;
+}
+// 8-byte load through the read-only path, as ld_global_nc_v4. "Data Movement and Conversion
+// Instructions: ld.global.nc".
+__device__ __forceinline__ uint2 ld_global_nc_v2(const void* ptr) {
+  uint2 v;
+  asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
   return v;
 }
 // 16-byte store. "Data Movement and Conversion Instructions: st".

@@ -1,0 +1,51 @@
+// The few-heads kernel (mma.sync with keys on M and heads on N, sm_80 and newer;
+// src/kernels/few_heads/): a window alone in the seed row format, held whole in shared memory, one
+// CTA per token and 16 heads. Built for the 1-16 heads a GPU holds under tensor parallelism, where
+// the portable kernel's 16-head M and the sm90 kernel's 64-row wgmma pad most of their math.
+#include <string>
+
+#include "src/dispatch/kernel_record.h"
+#include "src/dispatch/launch.h"
+#include "src/dispatch/select_kernel.h"
+#include "src/kernels/few_heads/few_heads_plan.h"
+
+namespace swa_decode {
+namespace {
+
+// The heads up to which the free choice takes this kernel.
+constexpr int64_t kMaxPreferredHeads = 16;
+
+std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
+  if (shape.has_extra) return "the few-heads kernel reads a window alone: no extra source";
+  if (shape.window_format != KvFormat::kE4m3) return "the few-heads kernel reads seed-format (kE4m3) rows only";
+  if (shape.window_size > few_heads::kKeys) {
+    return "the few-heads kernel holds the whole window in shared memory: window_size must be <= " +
+           std::to_string(few_heads::kKeys) + ", got " + std::to_string(shape.window_size);
+  }
+  if (shape.kv_row_alignment < 16) {
+    return "the few-heads kernel copies cache rows 16 bytes at a time: kv_cache address and strides must be "
+           "multiples of 16, got alignment " + std::to_string(shape.kv_row_alignment);
+  }
+  const int smem_bytes = few_heads::smem_bytes(few_heads::head_tiles_for(shape.num_heads));
+  if (device.smem_optin_bytes < smem_bytes) {
+    return "the few-heads kernel needs " + std::to_string(smem_bytes) + " bytes of shared memory per block, device "
+           "allows " + std::to_string(device.smem_optin_bytes);
+  }
+  return {};
+}
+
+bool preferred(const DecodeShape& shape, const DeviceInfo&) { return shape.num_heads <= kMaxPreferredHeads; }
+
+LaunchPlan plan(const DecodeShape& shape, const DeviceInfo&) {
+  const int head_tiles = few_heads::head_tiles_for(shape.num_heads);
+  return LaunchPlan{.name = "few_heads_n" + std::to_string(head_tiles * few_heads::kHeadsPerTile),
+                    .head_groups_per_cta = 0,
+                    .config = FewHeadsLaunch{.head_tiles = head_tiles}};
+}
+
+}  // namespace
+
+extern const KernelRecord kFewHeadsRecord{.id = KernelId::kFewHeadsMma, .family = "few_heads", .why_not = why_not,
+                                          .preferred = preferred, .plan = plan, .launch = launch_few_heads};
+
+}  // namespace swa_decode
