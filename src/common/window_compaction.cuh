@@ -55,10 +55,11 @@ struct SlotInBlock {
 // s_row_offset[0, n) (store_row_offset; a bias lets a kernel address two sources' rows from one
 // base) and its inverse scale to s_inv_scale[0, n); returns n. With RowOffset = SlotInBlock (a
 // kModel1 source) it writes the entry's block and offset instead, reads no inv_scale and writes
-// nothing to s_inv_scale (which may then be null); row_offset_bias is unused. A kModel1 source
-// compacted into row offsets (the sm90 layer kernel, which finds the scale row from the offset)
-// gets inverse scale 1 for every entry. The caller clips the
-// range to the token's length (columns_in_window). The 64-bit slot -> (block, offset) division
+// nothing to s_inv_scale (which may then be null); row_offset_bias is unused. A kE4m3 source
+// compacted so (the few-heads kernel) leaves its inv_scales to the caller, who finds them from the
+// slot. A kModel1 source compacted into row offsets (the sm90 layer kernel, which finds the scale
+// row from the offset) gets inverse scale 1 for every entry. The caller clips the range to the
+// token's length (columns_in_window). The slot -> (block, offset) division
 // happens here once per entry, not once per copy.
 // Run by kThreads threads numbered `tid` = 0..kThreads-1 (whole warps); `sync` is a barrier over
 // exactly those threads. s_warp_counts needs kThreads / 32 ints. Every thread has passed `sync`
@@ -81,6 +82,13 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
   const int lane = tid % 32;
   const int warp = tid / 32;
 
+  // Slot ids below 2^31 (every cache of fewer slots) take 32-bit divisions by block_size, a
+  // fraction of the 64-bit ones' instructions (the same for every entry of the source).
+  const bool narrow_slots = src.num_slots <= INT32_MAX;
+  const auto block_of = [&](int64_t slot) {
+    return narrow_slots ? static_cast<int64_t>(static_cast<uint32_t>(slot) / static_cast<uint32_t>(src.block_size))
+                        : slot / src.block_size;
+  };
   int num_valid = 0;
   for (int base = column_begin; base < column_end; base += kThreads * kColumnsPerThread) {
     int64_t slot[kColumnsPerThread];
@@ -113,12 +121,13 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
       }
       if (valid[k]) {
         const int entry = before + __popc(ballot & ((1u << lane) - 1u));
+        const int64_t block = block_of(slot[k]);
+        const int64_t in_block = slot[k] - block * src.block_size;
         if constexpr (kModel1) {
-          s_row_offset[entry] = SlotInBlock{static_cast<uint32_t>(slot[k] / src.block_size),
-                                            static_cast<uint32_t>(slot[k] % src.block_size)};
+          s_row_offset[entry] = SlotInBlock{static_cast<uint32_t>(block), static_cast<uint32_t>(in_block)};
         } else {
-          store_row_offset(&s_row_offset[entry], row_offset_bias + (slot[k] / src.block_size) * src.stride_kv_block +
-                                                     (slot[k] % src.block_size) * src.stride_kv_token);
+          store_row_offset(&s_row_offset[entry],
+                           row_offset_bias + block * src.stride_kv_block + in_block * src.stride_kv_token);
           s_inv_scale[entry] = scale[k];
         }
       }

@@ -1,6 +1,6 @@
-// The few-heads kernel (mma.sync with keys on M and heads on N, sm_80 and newer;
-// src/kernels/few_heads/): a window alone in the seed row format, held whole in shared memory, one
-// CTA per token and 16 heads. Built for the 1-16 heads a GPU holds under tensor parallelism, where
+// The few-heads kernel (mma.sync with keys on M and heads on N, rows gathered by bulk copies, built
+// for sm_90a beside the sm90 kernels; src/kernels/few_heads/): a window alone in the seed row
+// format, held whole in shared memory, one CTA per token and 16 heads. Built for the 1-16 heads a GPU holds under tensor parallelism, where
 // the portable kernel's 16-head M and the sm90 kernel's 64-row wgmma pad most of their math.
 #include <string>
 
@@ -15,7 +15,17 @@ namespace {
 // The heads up to which the free choice takes this kernel.
 constexpr int64_t kMaxPreferredHeads = 16;
 
+// Its list holds each entry's block in 32 bits (window_compaction.cuh, SlotInBlock): a block spans
+// at least one 512-byte row, so a last row below 2^32 * 512 bytes (2 TiB) keeps every block index
+// below 2^32.
+constexpr int64_t kMaxLastRowOffset = (int64_t{1} << 32) * few_heads::kHeadDim;
+
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
+  if (!sm90_kernel_built()) return "this build has no sm_90a kernels (sm_90 was not among its CUDA targets)";
+  if (device.cc_major != 9 || device.cc_minor != 0) {
+    return "the few-heads kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
+           std::to_string(device.cc_minor);
+  }
   if (shape.has_extra) return "the few-heads kernel reads a window alone: no extra source";
   if (shape.window_format != KvFormat::kE4m3) return "the few-heads kernel reads seed-format (kE4m3) rows only";
   if (shape.window_size > few_heads::kKeys) {
@@ -25,6 +35,10 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   if (shape.kv_row_alignment < 16) {
     return "the few-heads kernel copies cache rows 16 bytes at a time: kv_cache address and strides must be "
            "multiples of 16, got alignment " + std::to_string(shape.kv_row_alignment);
+  }
+  if (shape.kv_last_row_offset >= kMaxLastRowOffset) {
+    return "the few-heads kernel numbers cache blocks in 32 bits: the last row must start below " +
+           std::to_string(kMaxLastRowOffset) + " bytes from kv_cache, got " + std::to_string(shape.kv_last_row_offset);
   }
   const int smem_bytes = few_heads::smem_bytes(few_heads::head_tiles_for(shape.num_heads));
   if (device.smem_optin_bytes < smem_bytes) {

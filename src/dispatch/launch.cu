@@ -2,9 +2,9 @@
 
 #include <string>
 
-#include "src/kernels/few_heads/launch_few_heads.h"
 #include "src/kernels/portable/launch_portable.h"
 #if defined(SWA_DECODE_HAS_SM90)
+#include "src/kernels/few_heads/launch_few_heads.h"
 #include "src/kernels/sm90/launch_sm90.h"
 #endif
 
@@ -29,7 +29,13 @@ cudaError_t launch_portable(const DecodeParams& params, const LaunchPlan& plan, 
 cudaError_t launch_few_heads(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream) {
   const FewHeadsLaunch* config = std::get_if<FewHeadsLaunch>(&plan.config);
   if (config == nullptr) return cudaErrorInvalidValue;
+#if defined(SWA_DECODE_HAS_SM90)
   return launch_few_heads_decode(params, config->head_tiles, plan.dependent_launch, stream);
+#else
+  (void)params;
+  (void)stream;
+  return cudaErrorNotSupported;  // unreachable: the few-heads record's why_not refuses every shape in this build
+#endif
 }
 
 cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cudaStream_t stream) {

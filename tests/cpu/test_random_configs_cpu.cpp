@@ -492,10 +492,9 @@ TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
     for (size_t f = 0; f < families.size(); ++f) {
       const KernelChoice choice = select_kernel(shape, kH200, families[f].second);
       const bool ran = choice.id() != KernelId::kNone;
-      // The few-heads kernel takes the sm90 kernel's shapes (W <= 128, 16-byte rows).
-      const bool aligned = families[f].second == KernelId::kSm90Wgmma     ? sm90_built && config.sm90_shaped
-                           : families[f].second == KernelId::kFewHeadsMma ? config.sm90_shaped
-                                                                          : config.kernel_aligned;
+      // The few-heads kernel (sm_90a too) takes the sm90 kernel's shapes (W <= 128, 16-byte rows).
+      const bool hopper_family = families[f].second == KernelId::kSm90Wgmma || families[f].second == KernelId::kFewHeadsMma;
+      const bool aligned = hopper_family ? sm90_built && config.sm90_shaped : config.kernel_aligned;
       const bool readable = reads_sources_of(families[f].second, batch);
       EXPECT_EQ(ran, aligned && readable) << families[f].first << ": " << choice.plan.name << choice.why_not;
       readable_configs[f] += readable;
@@ -536,7 +535,7 @@ TEST(RandomConfigsCpu, GpuDrawReachesEveryKernelOnAnH200) {
       std::printf("random-configs (simulated H200): family=%s kernel=%s ran=%lld\n", tally.family.c_str(),
                   kernel.c_str(), static_cast<long long>(count));
     }
-    if (!enough || (tally.family == "sm90" && !sm90_built)) continue;
+    if (!enough || ((tally.family == "sm90" || tally.family == "few_heads") && !sm90_built)) continue;
     EXPECT_EQ(st::coverage_shortfall(tally, readable_configs[f],
                                      /*per_kernel=*/sm90_built || tally.family == "portable",
                                      /*with_extra=*/reads_extra[f], /*with_model1=*/reads_model1_rows[f]),

@@ -97,13 +97,14 @@ TEST(SelectKernel, DeepSeekShapesRunOnHopperAndAmpere) {
 TEST(SelectKernel, HopperFastPathWhereItFits) {
   // The sm90 kernel runs H > 16 with the whole window (<= 128) in shared memory and 16-byte rows;
   // the few-heads kernel such windows of 16 heads or fewer; everything else, and every non-Hopper
-  // device beyond those few-heads windows, runs the portable kernel.
+  // device, runs the portable kernel.
   const bool built = sm90_kernel_built();
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 128), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
   EXPECT_EQ(select_kernel(shape(512, 64, 512, 100), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
-  // 16 heads or fewer with a window of at most 128 (16-byte rows): the few-heads kernel, on any device.
-  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200).id(), KernelId::kFewHeadsMma);
-  EXPECT_EQ(select_kernel(shape(1, 8, 512, 128), kA100).id(), KernelId::kFewHeadsMma);
+  // 16 heads or fewer with a window of at most 128 (16-byte rows): the few-heads kernel (sm_90a).
+  EXPECT_EQ(select_kernel(shape(512, 16, 512, 128), kH200).id(), built ? KernelId::kFewHeadsMma : KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(1, 8, 512, 128), kH200).id(), built ? KernelId::kFewHeadsMma : KernelId::kPortableMma);
+  EXPECT_EQ(select_kernel(shape(1, 8, 512, 128), kA100).id(), KernelId::kPortableMma);
   EXPECT_EQ(select_kernel(shape(512, 16, 512, 129), kH200).id(), KernelId::kPortableMma);
   EXPECT_EQ(select_kernel(shape(512, 17, 512, 128), kH200).id(), built ? KernelId::kSm90Wgmma : KernelId::kPortableMma);
   EXPECT_EQ(select_kernel(shape(512, 128, 512, 129), kH200).id(), KernelId::kPortableMma);
@@ -499,9 +500,8 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
   }
   std::set<std::string> names;
   for (const auto& [name, owner] : name_owner) names.insert(name);
-  std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4", "few_heads_n8",
-                                  "few_heads_n16"};
-  if (sm90_kernel_built()) stable.insert({"sm90_wgmma", "sm90_wgmma_layer"});
+  std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
+  if (sm90_kernel_built()) stable.insert({"sm90_wgmma", "sm90_wgmma_layer", "few_heads_n8", "few_heads_n16"});
   EXPECT_EQ(names, stable);
   std::set<size_t> types;
   for (const auto& [id, type] : config_type) {

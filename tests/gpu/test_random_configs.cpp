@@ -128,11 +128,11 @@ TEST_F(GpuRandomConfigs, EveryKernelFamilyMatchesTheReference) {
     const swa_decode::DecodeArgs args = st::device_args(batch, device, 0, batch.num_tokens, stream.get());
     std::vector<st::FamilyRun> runs;
     for (const Family& family : kFamilies) {
-      // The few-heads kernel takes the sm90 kernel's shapes (W <= 128, 16-byte rows), a window alone
-      // in the seed format.
+      // The few-heads kernel (sm_90a, as the sm90 kernels) takes the sm90 kernel's shapes (W <= 128,
+      // 16-byte rows), a window alone in the seed format.
       const bool few_heads_reads = !batch.extra && batch.format == swa_decode::KvFormat::kE4m3;
       const bool expected = family.id == KernelId::kSm90Wgmma     ? sm90.supported && config.sm90_shaped
-                            : family.id == KernelId::kFewHeadsMma ? config.sm90_shaped && few_heads_reads
+                            : family.id == KernelId::kFewHeadsMma ? sm90.supported && config.sm90_shaped && few_heads_reads
                                                                   : config.kernel_aligned;
       runs.push_back(run_family(family, args, device, stream.get(), expected));
     }
@@ -155,8 +155,8 @@ TEST_F(GpuRandomConfigs, EveryKernelFamilyMatchesTheReference) {
   // on the SM count); the per-family ones hold on every device that runs the family.
   const bool h200_like = props.major == 9 && props.minor == 0 && props.multiProcessorCount == 132;
   for (const st::FamilyTally& tally : result.families) {
-    if (tally.family == "sm90" && !sm90.supported) {
-      std::printf("random-configs: family=sm90 not run on this device: no minimum\n");
+    if ((tally.family == "sm90" || tally.family == "few_heads") && !sm90.supported) {
+      std::printf("random-configs: family=%s not run on this device: no minimum\n", tally.family.c_str());
       continue;
     }
     const bool per_kernel = h200_like && (tally.family != "free" || sm90.supported);

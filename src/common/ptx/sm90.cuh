@@ -60,6 +60,14 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_m
       "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to this CTA's shared
+// memory in one bulk copy, completing on `bar` as transaction bytes.
+// "Data Movement and Conversion Instructions: cp.async.bulk".
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t smem_dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_dst),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
 // "Data Movement and Conversion Instructions: prefetch, prefetchu" (the .tensormap form).
 __device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");

@@ -1,12 +1,13 @@
-// Few-heads decode kernel (mma.sync m16n8k16 f16, cp.async, ldmatrix; sm_80 and newer): a window
-// alone, kE4m3 rows, for the 1-16 heads a GPU holds under tensor parallelism (issue 13).
+// Few-heads decode kernel (mma.sync m16n8k16 f16, ldmatrix, bulk copies on mbarriers; sm_90): a
+// window alone, kE4m3 rows, for the 1-16 heads a GPU holds under tensor parallelism (issue 13).
 //
 // With few heads a 16-head mma M (the portable kernel) or a 64-row wgmma (sm90) pads most of its
 // math, and a CTA that streams the window in tiles behind barriers for 16 heads spends its time
 // waiting. Here the keys are the mma's M and the heads its N (8 a tile), and one CTA holds its
 // token's whole window (up to 128 rows, 64 KiB of raw e4m3) in shared memory:
-//   1. compact the valid entries; gather every row with cp.async (warp w copies keys 16w..16w+15);
-//      q goes to shared memory as f16 B fragments (each head scaled by a power of two, q_f16.cuh);
+//   1. compact the valid entries; gather every row with one bulk copy (warp w copies keys
+//      16w..16w+15 onto its own mbarrier, and loads their inv_scales meanwhile); q goes to shared
+//      memory as f16 B fragments (each head scaled by a power of two, q_f16.cuh);
 //   2. S^T = K q^T: warp w, its 16 keys x all heads over all 512 dims; the A fragments come straight
 //      from the raw tile (ldmatrix of e4m3 pairs, one cvt per pair, no dequantized tile);
 //   3. one softmax over the window per head: maxima and sums meet through shared memory across
@@ -36,32 +37,24 @@
 
 namespace swa_decode::few_heads {
 
-inline constexpr int kRowBytes = kHeadDim;  // a raw e4m3 row
-inline constexpr int kChunkBytes = 16;      // cp.async and ldmatrix row pieces
-
 template <int kHeadTiles>
 struct SmemPlan {
   static constexpr int kHeads = kHeadTiles * kHeadsPerTile;
-  // Raw e4m3 rows; 16-byte chunk c of key k at chunk c ^ (k & 7), so that the 8 rows an ldmatrix
-  // matrix reads (8 consecutive keys, the same chunk) fall in 8 different bank groups.
-  alignas(128) uint8_t kv[kKeys][kRowBytes];
+  alignas(128) uint8_t kv[kKeys][kRowStride];  // raw e4m3 rows (few_heads_plan.h: why 528 bytes apart)
   // q as f16 B fragments, [k-step][head tile][lane]: each lane reloads its own 8 bytes per k-step.
   alignas(16) uint2 q_frags[kHeadDim / 16][kHeadTiles][32];
   alignas(16) uint16_t probs[kHeads][kProbRowElems];  // f16 P * inv_scale / value_norm
   float row_max[kWarps][kHeads];  // log2 units, over each warp's 16 keys
   float row_sum[kWarps][kHeads];
-  int64_t row_offset[kKeys];  // compacted entries: byte offsets of their rows from kv_cache
+  SlotInBlock entries[kKeys];  // the compacted list: each entry's block and offset in it
   float inv_scale[kKeys];
   uint32_t q_max_bits[kHeads];  // largest |q| of each head, as float bits (non-negative floats order as their bits)
   float sinks[kHeads];
   int warp_counts[kWarps];
+  uint64_t rows_landed[kWarps];  // warp w's bulk copies complete here
 };
 static_assert(sizeof(SmemPlan<1>) == smem_bytes(1) && sizeof(SmemPlan<2>) == smem_bytes(2),
               "few_heads_plan.h sizes the shared-memory plan");
-
-__device__ __forceinline__ uint32_t tile_chunk_offset(int key, int chunk) {
-  return static_cast<uint32_t>(key * kRowBytes + ((chunk ^ (key & 7)) * kChunkBytes));
-}
 
 // Largest |x| of two bf16 pairs, as float bits.
 __device__ __forceinline__ uint32_t bf16x4_max_bits(uint2 words) {
@@ -74,6 +67,7 @@ template <int kHeadTiles>
 __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __grid_constant__ DecodeParams p) {
   using Smem = SmemPlan<kHeadTiles>;
   constexpr int kHeads = Smem::kHeads;
+  constexpr uint32_t kFullMask = 0xFFFFFFFFu;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& smem = *reinterpret_cast<Smem*>(smem_raw);
 
@@ -86,6 +80,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   const int frag_quad = lane % 4;  // t: fragment columns 2t, 2t + 1
 
   if (tid < kHeads) smem.q_max_bits[tid] = 0;
+  if (lane == 0) {
+    ptx::mbarrier_init(&smem.rows_landed[warp], 1);
+    ptx::fence_barrier_init();  // before the bulk copies (the async proxy) complete on it
+  }
   // Nothing above reads global memory; q may be what the kernel before this one wrote.
   ptx::wait_for_prior_grid();
   ptx::let_dependent_grid_launch();
@@ -110,26 +108,38 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     const int head = head_base + tid;
     smem.sinks[tid] = p.attn_sink != nullptr && head < p.num_heads ? p.attn_sink[head] : -INFINITY;
   }
-  __syncthreads();  // q_max_bits cleared before any thread's atomicMax below
+  __syncthreads();  // q_max_bits cleared and the barriers initialized before anyone uses them
 
-  const int num_valid = compact_window<kThreads>(p.window, token, tid, [] { __syncthreads(); }, smem.row_offset,
-                                                 smem.inv_scale, smem.warp_counts);
+  // The list holds each entry's block and offset; the inv_scales are loaded below, beside the rows,
+  // instead of before them.
+  const int num_valid = compact_window<kThreads>(p.window, token, tid, [] { __syncthreads(); }, smem.entries,
+                                                 static_cast<float*>(nullptr), smem.warp_counts);
   const int key_steps = (num_valid + kKeysPerWarp - 1) / kKeysPerWarp;  // m16 tiles of keys holding entries
 
-  // Gather: warp w copies its 16 keys' rows, one 16-byte chunk a lane (a row is one coalesced 512
-  // bytes). Keys past the list in the warp's last tile are zero-filled: their scores are masked,
-  // but their bytes must not be NaN codes, which a masked key's P of 0 would still turn into NaN.
+  // Gather: warp w's rows, one bulk copy of 512 bytes each from its first 16 lanes. Rows past the
+  // list in the warp's last tile are zeroed: their scores are masked, but their bytes must not be
+  // NaN codes, which a masked key's P of 0 would still turn into NaN.
   const uint32_t kv_base = ptx::smem_addr(&smem.kv[0][0]);
   if (warp < key_steps) {
-#pragma unroll 4
-    for (int i = 0; i < kKeysPerWarp; ++i) {
-      const int key = warp * kKeysPerWarp + i;
-      const bool listed = key < num_valid;
-      const uint8_t* src = p.window.kv_cache + (listed ? smem.row_offset[key] + lane * kChunkBytes : 0);
-      ptx::cp_async_16(kv_base + tile_chunk_offset(key, lane), src, listed ? kChunkBytes : 0);
+    const int first_key = warp * kKeysPerWarp;
+    const int listed = min(kKeysPerWarp, num_valid - first_key);
+    if (lane == 0) ptx::mbarrier_arrive_expect_tx(&smem.rows_landed[warp], static_cast<uint32_t>(listed * kHeadDim));
+    __syncwarp();
+    if (lane < listed) {
+      const SlotInBlock entry = smem.entries[first_key + lane];
+      const uint8_t* row = p.window.kv_cache + static_cast<int64_t>(entry.block) * p.window.stride_kv_block +
+                           static_cast<int64_t>(entry.offset) * p.window.stride_kv_token;
+      ptx::bulk_copy_to_shared(kv_base + (first_key + lane) * kRowStride, row, kHeadDim, &smem.rows_landed[warp]);
+    }
+    for (int key = first_key + listed; key < first_key + kKeysPerWarp; ++key) {
+      *reinterpret_cast<uint4*>(&smem.kv[key][lane * 16]) = make_uint4(0, 0, 0, 0);
     }
   }
-  ptx::cp_async_commit();
+  float listed_scale = 0.0f;
+  if (tid < num_valid) {
+    const SlotInBlock entry = smem.entries[tid];
+    listed_scale = load_inv_scale(p.window, static_cast<int64_t>(entry.block) * p.window.block_size + entry.offset);
+  }
 
   // Each head's power of two into f16 (q_f16.cuh), from its largest |q| over all warps.
 #pragma unroll
@@ -137,12 +147,13 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     uint32_t bits = 0;
 #pragma unroll
     for (int s = 0; s < kQSteps; ++s) bits = max(bits, bf16x4_max_bits(q_words[s][n]));
-    bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, 1));
-    bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, 2));
+    bits = max(bits, __shfl_xor_sync(kFullMask, bits, 1));
+    bits = max(bits, __shfl_xor_sync(kFullMask, bits, 2));
     if (frag_quad == 0) atomicMax(&smem.q_max_bits[n * kHeadsPerTile + frag_row], bits);
   }
   __syncthreads();
-  // Scores are in log2 units: S * inv_scale * scale * log2 e * 2^-k of the score's head (2t, 2t + 1).
+  // Scores are in log2 units: S * inv_scale * scale * log2 e * 2^-k of the score's head (2t, 2t + 1),
+  // whose k lane 4 (2t + j) computed for its own head.
   float score_factor[kHeadTiles][2];
 #pragma unroll
   for (int n = 0; n < kHeadTiles; ++n) {
@@ -155,20 +166,19 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int kj = portable::q_scale_exponent(__uint_as_float(smem.q_max_bits[n * kHeadsPerTile + 2 * frag_quad + j]));
-      score_factor[n][j] = p.scale * kLog2e * portable::exp2_int(-kj);
+      score_factor[n][j] = p.scale * kLog2e * portable::exp2_int(-__shfl_sync(kFullMask, k, 4 * (2 * frag_quad + j)));
     }
   }
+  if (tid < num_valid) smem.inv_scale[tid] = listed_scale;
+  __syncthreads();  // q's fragments, the inv_scales and the zeroed rows are in shared memory
   const float value_norm = value_norm_of(list_max_magnitude(smem.inv_scale, num_valid, lane));
   const float inv_value_norm = 1.0f / value_norm;
-  ptx::cp_async_wait<0>();
-  __syncthreads();  // every row and q fragment is in shared memory
 
   // ldmatrix.x4 lanes: matrix m = lane / 8 covers keys 8 (m & 1) .. + 7 of a 16-key step and
   // 16-byte chunk (m >> 1) of a 32-byte (32-dim) piece.
   const int matrix = lane / 8;
   const int matrix_key = 8 * (matrix & 1) + (lane & 7);
-  const int matrix_chunk = matrix >> 1;
+  const uint32_t lane_row = kv_base + matrix_key * kRowStride + (matrix >> 1) * 16;
 
   // 2. S^T[16 keys][heads] of this warp. Per 32-dim piece i, register r_m holds key g (m even) or
   // g + 8 (m odd), dims 32 i + 16 (m >> 1) + 4t .. + 3: k-step 2i's A fragment is
@@ -180,14 +190,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   const int key_lo = warp * kKeysPerWarp + frag_row;
   const int key_hi = key_lo + 8;
   if (warp < key_steps) {
+    ptx::mbarrier_wait(&smem.rows_landed[warp], 0);
     float acc[kHeadTiles][4];
 #pragma unroll
     for (int n = 0; n < kHeadTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    const int key = warp * kKeysPerWarp + matrix_key;
-#pragma unroll 4
+    const uint32_t s_row = lane_row + warp * kKeysPerWarp * kRowStride;
+#pragma unroll
     for (int i = 0; i < kHeadDim / 32; ++i) {
       uint32_t r[4];
-      ptx::ldmatrix_x4(kv_base + tile_chunk_offset(key, 2 * i + matrix_chunk), r[0], r[1], r[2], r[3]);
+      ptx::ldmatrix_x4(s_row + 32 * i, r[0], r[1], r[2], r[3]);
       uint32_t f[4][2];
 #pragma unroll
       for (int m = 0; m < 4; ++m) e4m3x4_to_f16x4(r[m], f[m][0], f[m][1]);
@@ -213,39 +224,41 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     }
   }
 
-  // 3. The softmax over the window: each warp's maxima over its keys (the 8 lanes of a column),
-  // then every warp takes the maximum over all warps.
+  // 3. The softmax over the window: each warp's maxima over its keys (the 8 lanes of a column);
+  // lane h of every warp then takes head h's maximum over all warps, and the lanes holding head
+  // h's scores read it from lane h.
 #pragma unroll
   for (int n = 0; n < kHeadTiles; ++n) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float m = fmaxf(scores[n][j], scores[n][2 + j]);
 #pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+      for (int offset = 4; offset < 32; offset *= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
       if (frag_row == 0) smem.row_max[warp][n * kHeadsPerTile + 2 * frag_quad + j] = m;
     }
   }
   __syncthreads();
-  float row_max[kHeadTiles][2];
+  float head_max = -INFINITY;  // lane h < kHeads: head h's
+  if (lane < kHeads) {
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) head_max = fmaxf(head_max, smem.row_max[w][lane]);
+  }
 #pragma unroll
   for (int n = 0; n < kHeadTiles; ++n) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int head = n * kHeadsPerTile + 2 * frag_quad + j;
-      float m = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, smem.row_max[w][head]);
-      row_max[n][j] = m;
+      const float m = __shfl_sync(kFullMask, head_max, head);
       // A head with no finite score (an empty window) exponentiates against 0: its P is 0.
       const float shift = m == -INFINITY ? 0.0f : m;
-      float p_lo = ptx::exp2_approx(scores[n][j] - shift);
-      float p_hi = ptx::exp2_approx(scores[n][2 + j] - shift);
+      const float p_lo = ptx::exp2_approx(scores[n][j] - shift);
+      const float p_hi = ptx::exp2_approx(scores[n][2 + j] - shift);
       float sum = p_lo + p_hi;
 #pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+      for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
       if (frag_row == 0) smem.row_sum[warp][head] = sum;
       if (warp < key_steps) {
-        // Masked keys have P = 0 and a zero-filled row; inv_scale / value_norm <= 1.
+        // Masked keys have P = 0 and a zeroed row; inv_scale / value_norm <= 1.
         const float v_lo = key_lo < num_valid ? smem.inv_scale[key_lo] * inv_value_norm : 0.0f;
         const float v_hi = key_hi < num_valid ? smem.inv_scale[key_hi] * inv_value_norm : 0.0f;
         smem.probs[head][key_lo] = __half_as_ushort(__float2half_rn(p_lo * v_lo));
@@ -267,25 +280,21 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
 #pragma unroll
     for (int n = 0; n < kHeadTiles; ++n) o_acc[d][n][0] = o_acc[d][n][1] = o_acc[d][n][2] = o_acc[d][n][3] = 0.0f;
   }
-  const uint32_t probs_base = ptx::smem_addr(&smem.probs[0][0]);
-  const int dim_chunk0 = warp * kDimsPerWarp / kChunkBytes;
+  // P^T's B fragments: matrices (tile n, keys 16 ks + 8 (m & 1)): lane addresses head 8n + (lane & 7).
+  const int prob_head = (kHeadTiles == 2 ? 8 * (matrix >> 1) : 0) + (lane & 7);
+  const uint32_t prob_row = ptx::smem_addr(&smem.probs[prob_head][8 * (matrix & 1)]);
+  const uint32_t pv_row = lane_row + warp * kDimsPerWarp;
   for (int ks = 0; ks < key_steps; ++ks) {
-    // P^T's B fragments: matrices (tile n, keys 16 ks + 8 h): lane addresses head 8n + (lane & 7).
     uint32_t pb[kHeadTiles][2];
     if constexpr (kHeadTiles == 2) {
-      const int head = 8 * (matrix >> 1) + (lane & 7);
-      ptx::ldmatrix_x4(probs_base + (head * kProbRowElems + 16 * ks + 8 * (matrix & 1)) * 2, pb[0][0], pb[0][1],
-                       pb[1][0], pb[1][1]);
+      ptx::ldmatrix_x4(prob_row + 32 * ks, pb[0][0], pb[0][1], pb[1][0], pb[1][1]);
     } else {
-      const int head = lane & 7;
-      ptx::ldmatrix_x2(probs_base + (head * kProbRowElems + 16 * ks + 8 * (matrix & 1)) * 2, pb[0][0], pb[0][1]);
+      ptx::ldmatrix_x2(prob_row + 32 * ks, pb[0][0], pb[0][1]);
     }
-    const int key = ks * kKeysPerWarp + matrix_key;
 #pragma unroll
     for (int half = 0; half < kDimTiles / 2; ++half) {
       uint32_t r[4];
-      ptx::ldmatrix_x4_trans(kv_base + tile_chunk_offset(key, dim_chunk0 + 2 * half + matrix_chunk), r[0], r[1], r[2],
-                             r[3]);
+      ptx::ldmatrix_x4_trans(pv_row + ks * kKeysPerWarp * kRowStride + 32 * half, r[0], r[1], r[2], r[3]);
       uint32_t f[4][2];
 #pragma unroll
       for (int m = 0; m < 4; ++m) e4m3x4_to_f16x4(__byte_perm(r[m], 0, 0x3120), f[m][0], f[m][1]);
@@ -299,23 +308,26 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     }
   }
 
-  // 5. Normalise and store: lane (g, t) holds dims 2g, 2g + 1 of each 16-dim tile for heads 2t,
-  // 2t + 1 of each head tile: one 4-byte store per head and tile.
+  // 5. Normalise (sink, LSE) and store. Lane h < kHeads finalizes head h; lane (g, t) holds dims
+  // 2g, 2g + 1 of each 16-dim tile for heads 2t, 2t + 1 of each head tile and takes their factors
+  // from those lanes: one 4-byte store per head and tile.
+  float head_factor = 0.0f;
+  if (lane < kHeads && head_base + lane < p.num_heads) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += smem.row_sum[w][lane];
+    const FinalizedRow fin = finalize_row(head_max, sum, smem.sinks[lane]);
+    head_factor = fin.out_factor * value_norm;
+    if (p.lse != nullptr && warp == 0) p.lse[static_cast<int64_t>(token) * p.stride_lse_token + head_base + lane] = fin.lse;
+  }
 #pragma unroll
   for (int n = 0; n < kHeadTiles; ++n) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int local_head = n * kHeadsPerTile + 2 * frag_quad + j;
+      const float out_factor = __shfl_sync(kFullMask, head_factor, local_head);
       const int head = head_base + local_head;
       if (head >= p.num_heads) continue;
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += smem.row_sum[w][local_head];
-      const FinalizedRow fin = finalize_row(row_max[n][j], sum, smem.sinks[local_head]);
-      const float out_factor = fin.out_factor * value_norm;
-      if (p.lse != nullptr && warp == 0 && frag_row == 0) {
-        p.lse[static_cast<int64_t>(token) * p.stride_lse_token + head] = fin.lse;
-      }
       __nv_bfloat16* out_row = p.out + static_cast<int64_t>(token) * p.stride_out_token + head * p.stride_out_head +
                                warp * kDimsPerWarp + 2 * frag_row;
 #pragma unroll

@@ -9,9 +9,13 @@
 namespace swa_decode::few_heads {
 
 inline constexpr int kHeadDim = static_cast<int>(kGpuHeadDim);
-// The whole window in one shared-memory tile of raw e4m3 rows (64 KiB): a token's keys are loaded
+// The whole window in one shared-memory tile of raw e4m3 rows (66 KiB): a token's keys are loaded
 // once and read by both matmuls, so the tile is also what caps the window.
 inline constexpr int kKeys = 128;
+// Rows 528 bytes apart: the 8 rows an ldmatrix matrix reads (8 consecutive keys, the same 16 bytes)
+// start 16 bytes apart modulo 128, in 8 different bank groups, and each row lands whole from one
+// bulk copy (a swizzle within the row would need 32 copies of 16 bytes).
+inline constexpr int kRowStride = kHeadDim + 16;
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
 inline constexpr int kKeysPerWarp = kKeys / kWarps;     // 16: QK^T, one m16 tile of keys a warp
@@ -27,15 +31,15 @@ constexpr int head_tiles_for(int64_t num_heads) { return num_heads <= kHeadsPerT
 
 // Shared memory of one CTA (the kernel's SmemPlan, which static_asserts it matches): the tile,
 // q as f16 B fragments, P, per-warp row maxima and sums, the compacted list (offset and inv_scale
-// of each entry), the q magnitudes, the sinks and the compaction's warp counts.
+// of each entry), the q magnitudes, the sinks, the compaction's warp counts and the barriers.
 constexpr int smem_bytes(int head_tiles) {
   const int heads = head_tiles * kHeadsPerTile;
-  const int tile = kKeys * kHeadDim;
+  const int tile = kKeys * kRowStride;
   const int q_frags = (kHeadDim / 16) * head_tiles * 32 * 8;
   const int probs = heads * kProbRowElems * 2;
   const int row_stats = 2 * kWarps * heads * 4;
   const int list = kKeys * (8 + 4);
-  const int small = 2 * heads * 4 + kWarps * 4;
+  const int small = 2 * heads * 4 + kWarps * 4 + kWarps * 8;  // ..., the warps' rows-landed mbarriers
   return (tile + q_frags + probs + row_stats + list + small + 127) / 128 * 128;  // the tile's 128-byte alignment
 }
 // Two CTAs share an SM on sm_90 (228 KiB, 1 KiB reserved per CTA): one gathers while the other computes.
