@@ -147,7 +147,7 @@ def check_entries(out, references, drop_in, calls, sync) -> None:
         out.fill_(float("nan"))
         returned = call()
         sync()
-        if name == "_C.decode_exchange" and returned is False:
+        if name == "_C.decode_exchange" and not returned:
             raise SystemExit("the binding refused the tensors (no DLPack exchange API in this "
                              f"torch {torch.__version__}?): eager calls take the custom ops")
         # Not bitwise: a kernel may combine partial results in another order on another call.

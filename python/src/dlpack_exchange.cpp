@@ -3,8 +3,8 @@
 namespace swa_decode_py {
 
 // dlpack.h 1.3's ABI, declared from the spec rather than included: the package builds without any
-// framework's headers. Only the fields used here are typed; the other function pointer keeps its
-// slot as void*.
+// framework's headers. Only the fields read here are typed; the other function pointers keep their
+// slots as void*.
 namespace dlpack_abi {
 struct Version {
   uint32_t major;
@@ -24,39 +24,18 @@ struct Tensor {  // DLTensor
   uint64_t byte_offset;
 };
 static_assert(sizeof(Tensor) == 48, "DLTensor is 48 bytes on 64-bit platforms");
-struct ManagedTensorVersioned {  // DLManagedTensorVersioned
-  Version version;
-  void* manager_ctx;
-  void (*deleter)(ManagedTensorVersioned* self);
-  uint64_t flags;  // DLPACK_FLAG_BITMASK_*
-  Tensor dl_tensor;
-};
-static_assert(sizeof(ManagedTensorVersioned) == 80,
-              "DLManagedTensorVersioned is 32 bytes of header and a DLTensor on 64-bit platforms");
-// DLPackManagedTensorAllocator reports a failure through this callback, not a Python error.
-using SetError = void (*)(void* error_ctx, const char* kind, const char* message);
 struct ExchangeApiHeader {
   Version version;
   ExchangeApiHeader* prev_api;
 };
 }  // namespace dlpack_abi
 
-// Each function returns 0 on success and -1 on failure (dlpack.h's comment on the allocator says it
-// returns the tensor or NULL, but its typedef and torch's implementation return int: 0 / -1). The
-// spec says only dltensor_from_py_object_no_sync may be NULL; a producer's table may still leave
-// others NULL (tvm-ffi's fallback tables do), so each is tested before use.
 struct ExchangeApi {
   dlpack_abi::ExchangeApiHeader header;
-  // Allocates `prototype`'s shape, dtype and device (its other fields are ignored), compact.
-  int (*managed_tensor_allocator)(dlpack_abi::Tensor* prototype,
-                                  dlpack_abi::ManagedTensorVersioned** out, void* error_ctx,
-                                  dlpack_abi::SetError set_error);
+  void* managed_tensor_allocator;
   void* managed_tensor_from_py_object_no_sync;
-  // Takes over `tensor` ("the ownership of the tensor is stolen") and returns a new reference; a
-  // Python error on failure.
-  int (*managed_tensor_to_py_object_no_sync)(dlpack_abi::ManagedTensorVersioned* tensor,
-                                             void** out_py_object);
-  int (*dltensor_from_py_object_no_sync)(void* py_object, dlpack_abi::Tensor* out);
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, dlpack_abi::Tensor* out);  // may be NULL
   int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
 };
 
@@ -141,55 +120,6 @@ bool exchange_current_stream(const ExchangeApi* api, int32_t device_id, uintptr_
     return false;
   }
   *stream = reinterpret_cast<uintptr_t>(current);
-  return true;
-}
-
-bool exchange_can_allocate(const ExchangeApi* api) {
-  return api->managed_tensor_allocator != nullptr &&
-         api->managed_tensor_to_py_object_no_sync != nullptr;
-}
-
-namespace {
-
-// The allocator's message is not kept: the caller's fallback allocates again through the
-// framework's Python API, which raises the framework's own exception with its own message.
-void ignore_allocation_error(void* /*error_ctx*/, const char* /*kind*/, const char* /*message*/) {}
-
-}  // namespace
-
-bool exchange_allocate(const ExchangeApi* api, const AllocationRequest& request, PyObject** array,
-                       ArrayView* view) {
-  if (!exchange_can_allocate(api)) return false;
-  // Only dtype, ndim, shape and device are read (dlpack.h); the allocator does not write through
-  // shape.
-  dlpack_abi::Tensor prototype{.data = nullptr,
-                               .device = {request.device_type, request.device_id},
-                               .ndim = request.rank,
-                               .dtype = request.dtype,
-                               .shape = const_cast<int64_t*>(request.dims),
-                               .strides = nullptr,
-                               .byte_offset = 0};
-  dlpack_abi::ManagedTensorVersioned* managed = nullptr;
-  if (api->managed_tensor_allocator(&prototype, &managed, nullptr, ignore_allocation_error) != 0 ||
-      managed == nullptr) {
-    PyErr_Clear();  // the spec reports through SetError; a producer may set a Python error too
-    return false;
-  }
-  // The conversion takes `managed` over; dlpack.h says nothing of a failed one, so it is not
-  // deleted here either (a leak at worst, where a double free could crash: torch fails there only
-  // if it cannot wrap a tensor it has just made).
-  void* object = nullptr;
-  if (api->managed_tensor_to_py_object_no_sync(managed, &object) != 0 || object == nullptr) {
-    PyErr_Clear();
-    return false;
-  }
-  PyObject* const allocated = static_cast<PyObject*>(object);
-  // Read back from the new object, as every argument is: its shape and strides live as long as it.
-  if (!exchange_view(api, allocated, view)) {
-    Py_DECREF(allocated);
-    return false;
-  }
-  *array = allocated;
   return true;
 }
 

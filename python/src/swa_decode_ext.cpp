@@ -1,8 +1,7 @@
 // The Python binding: arrays in, one swa_decode::DecodeArgs out, one call to swa_decode::decode.
 // Two ways in, one set of checks: decode() imports DLPack arrays (any framework) through
 // nanobind; decode_exchange() reads the arrays of a framework with the DLPack C exchange API
-// (torch tensors) in place and allocates the outputs the caller left out through it, for the
-// eager torch call (docs/perf-notes.md, "Eager Python call").
+// (torch tensors) in place, for the eager torch call (docs/perf-notes.md, "Eager Python call").
 // Both hand ArrayViews to run_decode, which checks what DecodeArgs cannot express (rank, the unit
 // stride in D, one device for all, the DLPack dtype of each tensor) and every shape a tensor
 // carries that another tensor or an argument can contradict (T, H, D across tensors;
@@ -14,7 +13,6 @@
 // own names. Every other rule (ranges, strides, limits, what the GPU supports) is the C++ layer's,
 // and its Status comes back as an exception with the message intact: ValueError for
 // kInvalidArgument and kNotSupported, RuntimeError for kCudaError and kInternal.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -654,67 +652,30 @@ bool first_rows(const ArrayView& q, ArrayView* indices, std::optional<ArrayView>
   return true;
 }
 
-// The outputs decode_exchange allocates, as decode_op does: out bf16 shaped like q, lse float32
-// shaped like q's first two dimensions. A q of another rank gets outputs of its own shape, which
-// run_decode never reads: it reports q's rank first.
-constexpr nb::dlpack::dtype kBf16{static_cast<uint8_t>(Code::Bfloat), 16, 1};
-constexpr nb::dlpack::dtype kF32{static_cast<uint8_t>(Code::Float), 32, 1};
-constexpr size_t kLseRank = 2;  // (num_tokens, num_heads)
-
-// A new compact array in q's framework, on q's device, of dtype and q's first `rank` dimensions.
-// False, nothing allocated and no Python error left, where exchange_allocate cannot make it.
-bool allocate_like_q(const swa_decode_py::ExchangeApi* api, const ArrayView& q, size_t rank,
-                     nb::dlpack::dtype dtype, nb::object* array, ArrayView* view) {
-  const swa_decode_py::AllocationRequest request{.dims = q.dims,
-                                                 .rank = static_cast<int32_t>(rank),
-                                                 .dtype = dtype,
-                                                 .device_type = q.device_type(),
-                                                 .device_id = q.device_id()};
-  PyObject* allocated = nullptr;
-  if (!swa_decode_py::exchange_allocate(api, request, &allocated, view)) return false;
-  *array = nb::steal(allocated);
-  return true;
-}
-
 // run_decode on the arrays of a framework with the DLPack C exchange API (torch tensors), read in
-// place and run on the framework's current stream of q's device. out None (and lse None with
-// return_lse) are allocated here, through the framework's allocator, once the call is vouched for.
-// Returns what decode() returns, out or with return_lse (out, lse), the caller's arrays or the
-// new ones. Returns False, having run nothing, when it cannot vouch for the call: q's type has no
-// usable exchange API, an argument is not an array of q's type (or a subtype) that the API can
-// describe, an array is not on q's device, or q is on neither the CPU nor a CUDA device. The
-// caller then takes its general path, which reports what is wrong in its own words; everything
-// else raises here as from decode(). Returns None, having run nothing, when it had outputs to
-// allocate and the framework could not make them through the exchange API (none offered there,
-// or the allocation failed): the caller allocates them in its own API (which raises its own
-// out-of-memory error) and calls again.
+// place and run on the framework's current stream of q's device. Returns false, having run
+// nothing, when it cannot vouch for the call: q's type has no usable exchange API, an argument is
+// not an array of q's type (or a subtype) that the API can describe, an array is not on q's
+// device, or q is on neither the CPU nor a CUDA device. The caller then takes its general path,
+// which reports what is wrong in its own words; everything else raises here as from decode().
 //
 // seed_rows: native_swa_decode_attention's convention, indices (T', W) or (1, T', W) and lens (T',)
 // with T' >= T = q.shape[0], of which the first T rows are read; any other layout is refused, and
 // the general path reports it in the seed's argument names.
-nb::object decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale,
-                           nb::handle indices, nb::handle lens, nb::handle attn_sink,
-                           nb::handle out, nb::handle lse, int64_t block_size,
-                           std::optional<double> scale, std::optional<int64_t> window_size,
-                           nb::handle extra_kv_cache, nb::handle extra_inv_scale,
-                           nb::handle extra_indices, nb::handle extra_lens,
-                           std::optional<int64_t> extra_block_size,
-                           std::optional<int64_t> extra_window, std::string kv_format,
-                           std::string extra_kv_format, int64_t lens_rows_per_entry,
-                           std::optional<int64_t> extra_lens_rows_per_entry, bool seed_rows,
-                           bool return_lse) {
-  const nb::object refused = nb::borrow(Py_False);
+bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb::handle indices,
+                     nb::handle lens, nb::handle attn_sink, nb::handle out, nb::handle lse,
+                     int64_t block_size, std::optional<double> scale,
+                     std::optional<int64_t> window_size, nb::handle extra_kv_cache,
+                     nb::handle extra_inv_scale, nb::handle extra_indices, nb::handle extra_lens,
+                     std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
+                     std::string kv_format, std::string extra_kv_format,
+                     int64_t lens_rows_per_entry,
+                     std::optional<int64_t> extra_lens_rows_per_entry, bool seed_rows) {
   const swa_decode_py::ExchangeApi* api = swa_decode_py::exchange_api_of(q.ptr());
-  if (api == nullptr) return refused;
-  const bool allocate_out = out.is_none();
-  const bool allocate_lse = return_lse && lse.is_none();
-  // Before any array is read: without an allocator the caller allocates and calls again.
-  if ((allocate_out || allocate_lse) && !swa_decode_py::exchange_can_allocate(api)) {
-    return nb::none();
-  }
+  if (api == nullptr) return false;
   DecodeArrays a{};
-  if (!swa_decode_py::exchange_view(api, q.ptr(), &a.q)) return refused;
-  if (a.q.device_type() != kDLCPU && a.q.device_type() != kDLCUDA) return refused;
+  if (!swa_decode_py::exchange_view(api, q.ptr(), &a.q)) return false;
+  if (a.q.device_type() != kDLCPU && a.q.device_type() != kDLCUDA) return false;
   PyTypeObject* const type = Py_TYPE(q.ptr());
   const auto view = [&](nb::handle h, ArrayView* v) {
     return PyObject_TypeCheck(h.ptr(), type) && swa_decode_py::exchange_view(api, h.ptr(), v) &&
@@ -728,42 +689,28 @@ nb::object decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_sca
     return true;
   };
   if (!view(kv_cache, &a.kv_cache) || !view_if_given(inv_scale, &a.inv_scale) ||
-      !view(indices, &a.indices) || !view_if_given(lens, &a.lens) ||
-      (!allocate_out && !view(out, &a.out)) ||
+      !view(indices, &a.indices) || !view_if_given(lens, &a.lens) || !view(out, &a.out) ||
       !view_if_given(attn_sink, &a.attn_sink) || !view_if_given(lse, &a.lse) ||
       !view_if_given(extra_kv_cache, &a.extra_kv_cache) ||
       !view_if_given(extra_inv_scale, &a.extra_inv_scale) ||
       !view_if_given(extra_indices, &a.extra_indices) ||
       !view_if_given(extra_lens, &a.extra_lens)) {
-    return refused;
+    return false;
   }
   // The first T rows' shapes, for views of the seed's longer tensors; they outlive run_decode.
   int64_t index_dims[2], lens_rows[1];
-  if (seed_rows && !first_rows(a.q, &a.indices, &a.lens, index_dims, lens_rows)) return refused;
+  if (seed_rows && !first_rows(a.q, &a.indices, &a.lens, index_dims, lens_rows)) return false;
   uintptr_t stream = 0;
   if (a.q.device_type() == kDLCUDA &&
       !swa_decode_py::exchange_current_stream(api, a.q.device_id(), &stream)) {
-    return refused;
-  }
-  nb::object new_out, new_lse;  // released if run_decode raises
-  if (allocate_out && !allocate_like_q(api, a.q, a.q.ndim(), kBf16, &new_out, &a.out)) {
-    return nb::none();
-  }
-  if (allocate_lse) {
-    ArrayView lse_view;
-    if (!allocate_like_q(api, a.q, std::min(a.q.ndim(), kLseRank), kF32, &new_lse, &lse_view)) {
-      return nb::none();
-    }
-    a.lse = lse_view;
+    return false;
   }
   run_decode(a,
              scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
                         std::move(kv_format), std::move(extra_kv_format), lens_rows_per_entry,
                         extra_lens_rows_per_entry),
              stream, /*bf16_views=*/0);
-  nb::object result_out = allocate_out ? std::move(new_out) : nb::borrow(out);
-  if (!return_lse) return result_out;
-  return nb::make_tuple(result_out, allocate_lse ? std::move(new_lse) : nb::borrow(lse));
+  return true;
 }
 
 }  // namespace
@@ -792,23 +739,18 @@ NB_MODULE(_C, m) {
   m.def("decode_exchange", &decode_exchange, nb::arg("q"), nb::arg("kv_cache"),
         nb::arg("inv_scale").none(), nb::arg("indices"), nb::arg("lens").none(),
         nb::arg("attn_sink").none(),
-        nb::arg("out").none(), nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
+        nb::arg("out"), nb::arg("lse").none(), nb::arg("block_size"), nb::arg("scale").none(),
         nb::arg("window_size").none(), nb::arg("extra_kv_cache").none(),
         nb::arg("extra_inv_scale").none(), nb::arg("extra_indices").none(),
         nb::arg("extra_lens").none(), nb::arg("extra_block_size").none(),
         nb::arg("extra_window").none(), nb::arg("kv_format") = kE4m3Name,
         nb::arg("extra_kv_format") = kE4m3Name, nb::arg("lens_rows_per_entry") = 1,
         nb::arg("extra_lens_rows_per_entry").none() = nb::none(), nb::arg("seed_rows") = false,
-        nb::arg("return_lse") = false,
         "decode() for arrays whose type has the DLPack C exchange API (torch.Tensor), read in "
-        "place and run on the framework's current stream. out None (and lse None with "
-        "return_lse) are allocated through the framework's exchange allocator. Returns out, or "
-        "(out, lse) with return_lse. Returns False, having run nothing, when an argument is not "
-        "such an array on q's device (or q is on neither the CPU nor a CUDA device): the caller "
-        "then takes the general path; None, having run nothing, when the framework could not "
-        "allocate an output that way: the caller allocates it and calls again. seed_rows: indices "
-        "and lens may have more rows than q (native_swa_decode_attention's convention); the first "
-        "T are read.");
+        "place and run on the framework's current stream. Returns False, having run nothing, "
+        "when an argument is not such an array on q's device (or q is on neither the CPU nor a "
+        "CUDA device): the caller then takes the general path. seed_rows: indices and lens may "
+        "have more rows than q (native_swa_decode_attention's convention); the first T are read.");
   m.def("version", []() { return std::string(swa_decode::version()); });
   // include/swa_decode/limits.h, re-exported by swa_decode.limits.
   m.attr("GPU_HEAD_DIM") = swa_decode::kGpuHeadDim;

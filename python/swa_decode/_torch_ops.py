@@ -81,45 +81,33 @@ def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, ret
     """decode() for torch tensors outside any trace (``eager(q)``), without the dispatcher: what
     ``decode_op`` / ``decode_out_op`` would return, or None, having run nothing, when the call must
     take them instead (an argument the binding cannot read in place; lse= without out=; an output
-    the ops would tie to autograd). Writes into out= / lse=; the binding allocates those not
-    given through torch's DLPack exchange allocator (CPU: ~0.8 us for out, where
-    torch.empty_like(q, memory_format=...) takes ~0.9, and ~0.55 for lse, where q.new_empty takes
-    ~1.9), or this function where that fails. seed_rows: indices and lens may have more rows than
-    q, as native_swa_decode_attention takes them. formats: the window's and the extra source's row
-    formats (kv_format, extra_kv_format); lens_rows: their lens_rows_per_entry and
-    extra_lens_rows_per_entry."""
-    # lse= without out=: the ops' path says why. With grad enabled and an input that requires
-    # grad, decode_op's output carries a grad_fn that refuses backward; a plain output would let
-    # backward treat the op as a constant.
-    if out is None and (lse is not None or torch.is_grad_enabled()
-                        and _requires_grad(q, kv_cache, inv_scale, attn_sink, extra)):
-        return None
+    the ops would tie to autograd). Writes into out= / lse= without allocating. seed_rows: indices
+    and lens may have more rows than q, as native_swa_decode_attention takes them. formats: the
+    window's and the extra source's row formats (kv_format, extra_kv_format); lens_rows: their
+    lens_rows_per_entry and extra_lens_rows_per_entry."""
+    if out is None:
+        if lse is not None:
+            return None  # the ops' path says why
+        # With grad enabled and an input that requires grad, decode_op's output carries a grad_fn
+        # that refuses backward; a plain output would let backward treat the op as a constant.
+        if torch.is_grad_enabled() and _requires_grad(q, kv_cache, inv_scale, attn_sink, extra):
+            return None
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        mutated = ()
+    else:
+        mutated = (out,)
+    if return_lse and lse is None:
+        lse = q.new_empty(q.shape[:2], dtype=torch.float32)
     x = extra or _NO_EXTRA
     # Each argument spelled out: a call with *args costs 0.1-0.25 us more here (CPython builds a
     # tuple that nanobind then unpacks, where a plain call hands it the arguments' array).
-    result = _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                                block_size, scale, window_size, x[0], x[1], x[2], x[3], x[4],
-                                x[5], formats[0], formats[1], lens_rows[0], lens_rows[1],
-                                seed_rows, return_lse)
-    if result is None:  # torch could not allocate them through its exchange API: allocate here
-        result = _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink,
-                                    *_allocated(q, out, lse, return_lse), block_size, scale,
-                                    window_size, *x, *formats, *lens_rows, seed_rows, return_lse)
-    if result is False:
+    if not _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
+                              block_size, scale, window_size, x[0], x[1], x[2], x[3], x[4], x[5],
+                              formats[0], formats[1], lens_rows[0], lens_rows[1], seed_rows):
         return None
-    if out is not None:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
-        _increment_versions(result if return_lse else (out,) if lse is None else (out, lse))
-    return result
-
-
-def _allocated(q, out, lse, return_lse):
-    """out and lse (or None without return_lse) as given, those not given allocated as torch
-    would: decode_eager's outputs where the binding cannot allocate them."""
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    if return_lse and lse is None:
-        lse = q.new_empty(q.shape[:2], dtype=torch.float32)
-    return out, lse
+    if mutated:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
+        _increment_versions(mutated if lse is None else (out, lse))
+    return (out, lse) if return_lse else out
 
 
 def _capsule(t: torch.Tensor):
@@ -149,12 +137,11 @@ def _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_si
             window_size, extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
             extra_block_size, extra_window, kv_format, extra_kv_format, lens_rows_per_entry,
             extra_lens_rows_per_entry) -> None:
-    # The extra source's arguments go through as given: the binding checks all-or-nothing. With
-    # out given and no return_lse it allocates nothing, so it returns out or False, never None.
+    # The extra source's arguments go through as given: the binding checks all-or-nothing.
     if _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size,
                           scale, window_size, extra_kv_cache, extra_inv_scale, extra_indices,
                           extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format,
-                          lens_rows_per_entry, extra_lens_rows_per_entry) is not False:
+                          lens_rows_per_entry, extra_lens_rows_per_entry):
         return
     # torch without the exchange API, or a tensor it cannot describe, or tensors on several
     # devices (which the binding then reports): DLPack capsules.
