@@ -98,9 +98,12 @@ def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, ret
         mutated = (out,)
     if return_lse and lse is None:
         lse = q.new_empty(q.shape[:2], dtype=torch.float32)
+    x = extra or _NO_EXTRA
+    # Each argument spelled out: a call with *args costs 0.1-0.25 us more here (CPython builds a
+    # tuple that nanobind then unpacks, where a plain call hands it the arguments' array).
     if not _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                              block_size, scale, window_size, *(extra or _NO_EXTRA), *formats,
-                              *lens_rows, seed_rows):
+                              block_size, scale, window_size, x[0], x[1], x[2], x[3], x[4], x[5],
+                              formats[0], formats[1], lens_rows[0], lens_rows[1], seed_rows):
         return None
     if mutated:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
         _increment_versions(mutated if lse is None else (out, lse))

@@ -126,6 +126,49 @@ def test_same_output_bits_on_both_paths(monkeypatch, op_calls, case):
         assert torch.equal(e, o)
 
 
+# ---- the outputs an eager call allocates ------------------------------------------------------
+
+# Calls whose outputs the eager path allocates, each returning them as a tuple; "out= allocates
+# lse" allocates only lse.
+NEW_OUTPUT_CASES = {
+    "drop-in": lambda b: (drop_in(b, *longer_rows(b)),),
+    "functional": lambda b: (run(b),),
+    "return_lse": lambda b: run(b, return_lse=True),
+    "out= allocates lse": lambda b: run(b, out=out_buffer(b), return_lse=True)[1:],
+}
+
+
+@pytest.mark.parametrize("case", list(NEW_OUTPUT_CASES))
+def test_each_call_returns_new_outputs(op_calls, case):
+    """Two calls on one batch: equal values in separate, plain, contiguous tensors that nothing
+    else holds (writing one leaves the other alone), and no custom-op call. Plain as torch.empty's:
+    a resizable storage (a tensor over a DLPack import, which is what torch's DLPack exchange
+    allocator returns, is not; docs/perf-notes.md, "Eager Python call")."""
+    b = window_batch(sink=None)
+    first, second = NEW_OUTPUT_CASES[case](b), NEW_OUTPUT_CASES[case](b)
+    assert op_calls == []
+    for a, c in zip(first, second):
+        assert type(a) is torch.Tensor and a.is_contiguous() and not a.requires_grad
+        assert a.device == b.q.device and a.untyped_storage().resizable()
+        assert a.data_ptr() != c.data_ptr() and torch.equal(a, c)
+        a.fill_(float("nan"))
+        assert not torch.isnan(c).any()
+
+
+def test_an_output_torch_cannot_allocate_raises_its_error_on_both_paths(monkeypatch):
+    """q, indices and lens broadcast over 2^40 tokens (stride 0): out would take 512 TiB, and
+    torch's error is the same on both paths. window_size past the index columns keeps the call
+    from running where memory is overcommitted (both paths then raise that ValueError instead)."""
+    b = window_batch(sink=None)
+    rows = 2 ** 40
+    q = b.q[:1].expand(rows, -1, -1)
+    indices, lens = b.indices[:1].expand(rows, -1), b.lens[:1].expand(rows)
+    eager, ops = on_both_paths(monkeypatch, lambda: swa_decode.native_swa_decode_attention(
+        q, b.kv_cache, b.inv_scale, indices, lens, b.block_size, 0.125, b.indices.shape[1] + 1))
+    assert isinstance(ops, (RuntimeError, ValueError)), ops
+    assert type(eager) is type(ops) and str(eager) == str(ops), (eager, ops)
+
+
 def test_drop_in_with_longer_rows_matches_reference():
     b = window_batch(sink=None)  # the drop-in has no sink
     assert_bf16_rounding_of(drop_in(b, *longer_rows(b)), reference(b, scale=0.125)[0])

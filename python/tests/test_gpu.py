@@ -199,6 +199,34 @@ def test_eager_call_skips_the_ops_and_runs_on_the_current_stream(op_calls):
 
 
 @pytest.mark.skipif(not _torch_ops._CAN_SKIP_DISPATCH, reason="no DLPack C exchange API in torch")
+def test_record_stream_holds_an_eager_output_for_its_stream(op_calls):
+    """An output the eager call allocates is the caching allocator's own block: record_stream on
+    a busy side stream keeps it from being handed out again when the tensor dies. (A tensor over
+    one from torch's DLPack exchange allocator is not held: on the H200, torch 2.11, its block came
+    back at once; docs/perf-notes.md, "Eager Python call".)"""
+    b = make_batch(T=1, H=64, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128).to("cuda")
+    out = swa_decode.native_swa_decode_attention(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens,
+                                                 b.block_size, None, b.window_size)
+    assert op_calls == []
+    size = out.numel()
+    probe = torch.empty(size, dtype=out.dtype, device="cuda")
+    freed = probe.data_ptr()
+    del probe
+    if torch.empty(size, dtype=out.dtype, device="cuda").data_ptr() != freed:
+        pytest.skip("this allocator does not hand a freed block straight back: the check below "
+                    "could not see a lost record_stream")
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # cycles: ~0.1 s at the H200's ~2 GHz
+    out.record_stream(side)
+    block = out.data_ptr()
+    del out
+    assert torch.empty(size, dtype=torch.bfloat16, device="cuda").data_ptr() != block
+    torch.cuda.synchronize()
+
+
+@pytest.mark.skipif(not _torch_ops._CAN_SKIP_DISPATCH, reason="no DLPack C exchange API in torch")
 def test_eager_call_with_out_captured_in_a_cuda_graph(op_calls):
     """out= and lse= given: the eager call allocates nothing, so it captures as is."""
     b = make_batch(T=8, H=64, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, seed=4).to("cuda")
