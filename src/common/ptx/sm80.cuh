@@ -119,6 +119,11 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
 __device__ __forceinline__ void prefetch_l2(const void* address) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
 }
+// Pulls the line holding `address` into this SM's L1. "Data Movement and Conversion
+// Instructions: prefetch, prefetchu".
+__device__ __forceinline__ void prefetch_l1(const void* address) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(address));
+}
 
 // Barrier among kThreads threads (a multiple of 32) under hardware barrier `id` (1..15; 0 is
 // __syncthreads). "Parallel Synchronization and Communication Instructions: bar, barrier".

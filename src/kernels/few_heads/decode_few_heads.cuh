@@ -110,6 +110,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   }
   __syncthreads();  // q_max_bits cleared and the barriers initialized before anyone uses them
 
+  // The window's index columns (the first max_entries of the token's row, which the indices hold
+  // whatever its length) are pulled into L1 beside the length, so that the compaction's loads of
+  // them hit there instead of making a second dependent round trip to HBM after the length's.
+  // 128 threads each prefetch their column's line (one line serves 32 int32 or 16 int64 ids).
+  if (tid < p.window.max_entries) {
+    const int64_t offset = token * p.window.stride_indices_token + tid;
+    ptx::prefetch_l1(p.window.index_is_i64 ? static_cast<const void*>(static_cast<const int64_t*>(p.window.indices) + offset)
+                                           : static_cast<const void*>(static_cast<const int32_t*>(p.window.indices) + offset));
+  }
   // The list holds each entry's block and offset; the inv_scales are loaded below, beside the rows,
   // instead of before them.
   const int num_valid = compact_window<kThreads>(p.window, token, tid, [] { __syncthreads(); }, smem.entries,
@@ -191,9 +200,13 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   const int key_hi = key_lo + 8;
   if (warp < key_steps) {
     ptx::mbarrier_wait(&smem.rows_landed[warp], 0);
-    float acc[kHeadTiles][4];
+    // Two accumulators a head tile (even and odd k-steps) halve the chain of dependent HMMAs.
+    float acc[kHeadTiles][4], acc_odd[kHeadTiles][4];
 #pragma unroll
-    for (int n = 0; n < kHeadTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int n = 0; n < kHeadTiles; ++n) {
+      acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+      acc_odd[n][0] = acc_odd[n][1] = acc_odd[n][2] = acc_odd[n][3] = 0.0f;
+    }
     const uint32_t s_row = lane_row + warp * kKeysPerWarp * kRowStride;
 #pragma unroll
     for (int i = 0; i < kHeadDim / 32; ++i) {
@@ -209,8 +222,13 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
         const uint2 b0 = smem.q_frags[2 * i][n][lane];
         const uint2 b1 = smem.q_frags[2 * i + 1][n][lane];
         ptx::mma_16816<false>(acc[n], a0, b0.x, b0.y);
-        ptx::mma_16816<false>(acc[n], a1, b1.x, b1.y);
+        ptx::mma_16816<false>(acc_odd[n], a1, b1.x, b1.y);
       }
+    }
+#pragma unroll
+    for (int n = 0; n < kHeadTiles; ++n) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[n][r] += acc_odd[n][r];
     }
     const float scale_lo = key_lo < num_valid ? smem.inv_scale[key_lo] : 0.0f;
     const float scale_hi = key_hi < num_valid ? smem.inv_scale[key_hi] : 0.0f;
