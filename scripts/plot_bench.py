@@ -64,7 +64,7 @@ FORMAT_TITLES = {"seed": "seed", "model1": "MODEL1"}
 PEER_EXTRA_TOLERANCE = 1.25
 
 # The README's short table: the most heads and half of it, at one, a few and many decode rows.
-README_HEADS = (128, 64)
+README_HEADS = (128, 64, 16, 8)
 README_TOKENS = (1, 32, 128, 2048)
 README_BEGIN = "<!-- bench-table:begin (python3 scripts/plot_bench.py rewrites this block) -->"
 README_END = "<!-- bench-table:end -->"
@@ -158,9 +158,13 @@ def newest_format_files(results: str) -> list:
     return newest_version(results, f"v{version}_*_h*.json", LAYER_NAME)
 
 
+KERNEL_FAMILIES = ("few_heads", "portable", "sm90")  # the records' families (src/dispatch/*_record.cpp)
+
+
 def family(kernel: str) -> str:
-    """portable_mma_g1_split4 -> portable: the kernel names are <family>_<variant>."""
-    return kernel.split("_")[0]
+    """portable_mma_g1_split4 -> portable, few_heads_n16 -> few_heads: the kernel names are
+    <family>_<variant>."""
+    return next((f for f in KERNEL_FAMILIES if kernel.startswith(f + "_")), kernel.split("_")[0])
 
 
 class Bench:

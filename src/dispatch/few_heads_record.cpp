@@ -12,8 +12,14 @@
 namespace swa_decode {
 namespace {
 
-// The heads up to which the free choice takes this kernel.
+// Where the free choice takes this kernel (H200, bench/results/v20_h*.json): up to 16 heads at any
+// T (H = 16, T = 2048: 85.8 us against the portable kernel's 99.9; T = 1: 10.8 against 11.2), and
+// with more heads below 64 tokens, where it beats the portable kernel's split and two-group CTAs
+// (H = 128, T = 8: 11.1 against 12.8 us; H = 64, T = 32: 12.5 against 14.0) and sm90 does not run
+// (it needs 64 tokens). From T = 128 on, more heads are faster on sm90 or the portable kernel
+// (H = 64, T = 128: 26.6 against 23.4 and 23.9), whose CTAs hold more heads a row read.
 constexpr int64_t kMaxPreferredHeads = 16;
+constexpr int64_t kMaxPreferredTokensAboveThoseHeads = 63;
 
 // Its list holds each entry's block in 32 bits (window_compaction.cuh, SlotInBlock): a block spans
 // at least one 512-byte row, so a last row below 2^32 * 512 bytes (2 TiB) keeps every block index
@@ -48,7 +54,9 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   return {};
 }
 
-bool preferred(const DecodeShape& shape, const DeviceInfo&) { return shape.num_heads <= kMaxPreferredHeads; }
+bool preferred(const DecodeShape& shape, const DeviceInfo&) {
+  return shape.num_heads <= kMaxPreferredHeads || shape.num_tokens <= kMaxPreferredTokensAboveThoseHeads;
+}
 
 LaunchPlan plan(const DecodeShape& shape, const DeviceInfo&) {
   const int head_tiles = few_heads::head_tiles_for(shape.num_heads);
