@@ -56,6 +56,10 @@ struct SmemPlan {
 static_assert(sizeof(SmemPlan<1>) == smem_bytes(1) && sizeof(SmemPlan<2>) == smem_bytes(2),
               "few_heads_plan.h sizes the shared-memory plan");
 
+// The CTA-local head of accumulator column 2t + j of head tile n (the mma's C columns are the
+// heads; lane t of a quad holds columns 2t and 2t + 1).
+__device__ __forceinline__ int column_head(int n, int j, int frag_quad) { return n * kHeadsPerTile + 2 * frag_quad + j; }
+
 // Largest |x| of two bf16 pairs, as float bits.
 __device__ __forceinline__ uint32_t bf16x4_max_bits(uint2 words) {
   const uint32_t pair_max = __vmaxu2(words.x & 0x7FFF7FFFu, words.y & 0x7FFF7FFFu);
@@ -175,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      score_factor[n][j] = p.scale * kLog2e * portable::exp2_int(-__shfl_sync(kFullMask, k, 4 * (2 * frag_quad + j)));
+      score_factor[n][j] = p.scale * kLog2e * portable::exp2_int(-__shfl_sync(kFullMask, k, 4 * column_head(0, j, frag_quad)));
     }
   }
   if (tid < num_valid) smem.inv_scale[tid] = listed_scale;
@@ -252,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
       float m = fmaxf(scores[n][j], scores[n][2 + j]);
 #pragma unroll
       for (int offset = 4; offset < 32; offset *= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
-      if (frag_row == 0) smem.row_max[warp][n * kHeadsPerTile + 2 * frag_quad + j] = m;
+      if (frag_row == 0) smem.row_max[warp][column_head(n, j, frag_quad)] = m;
     }
   }
   __syncthreads();
@@ -265,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   for (int n = 0; n < kHeadTiles; ++n) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int head = n * kHeadsPerTile + 2 * frag_quad + j;
+      const int head = column_head(n, j, frag_quad);
       const float m = __shfl_sync(kFullMask, head_max, head);
       // A head with no finite score (an empty window) exponentiates against 0: its P is 0.
       const float shift = m == -INFINITY ? 0.0f : m;
@@ -342,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   for (int n = 0; n < kHeadTiles; ++n) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int local_head = n * kHeadsPerTile + 2 * frag_quad + j;
+      const int local_head = column_head(n, j, frag_quad);
       const float out_factor = __shfl_sync(kFullMask, head_factor, local_head);
       const int head = head_base + local_head;
       if (head >= p.num_heads) continue;
