@@ -95,6 +95,46 @@ TEST(SelectKernel, DeepSeekShapesRunOnHopperAndAmpere) {
   }
 }
 
+// The few-heads kernel runs a seed-format window alone of at most 128 keys with 16-byte rows on a
+// compute-capability 9.0 GPU; each other shape says what it lacks, and the free choice runs it on
+// the portable kernel (or sm90) instead.
+TEST(SelectKernel, FewHeadsRunsSeedWindowsOfAtMost128Keys) {
+  if (!sm90_kernel_built()) GTEST_SKIP() << "this build has no sm_90a kernel";
+  const auto few_heads_why_not = [](const DecodeShape& s, const DeviceInfo& device) {
+    return select_kernel(s, device, KernelId::kFewHeadsMma).why_not;
+  };
+  EXPECT_EQ(few_heads_why_not(shape(2048, 16), kH200), "");
+  EXPECT_EQ(few_heads_why_not(shape(1, 1), kH200), "");
+  EXPECT_EQ(few_heads_why_not(shape(1, 128), kH200), "");
+
+  DecodeShape model1 = shape(512, 16);
+  model1.window_format = KvFormat::kModel1;
+  DecodeShape far_rows = shape(512, 16);
+  far_rows.kv_last_row_offset = (int64_t{1} << 32) * 512;
+  const struct {
+    DecodeShape shape;
+    DeviceInfo device;
+    std::vector<std::string> parts;
+  } refused[] = {
+      {shape(512, 16), kA100, {"compute capability 9.0", "got 8.0"}},
+      {with_extra(shape(512, 16)), kH200, {"a window alone"}},
+      {model1, kH200, {"kE4m3"}},
+      {shape(512, 16, 512, 129), kH200, {"window_size must be <= 128", "got 129"}},
+      {shape(512, 16, 512, 128, 8), kH200, {"multiples of 16", "got alignment 8"}},
+      {far_rows, kH200, {"32 bits", "got 2199023255552"}},
+  };
+  for (const auto& c : refused) {
+    const std::string why = few_heads_why_not(c.shape, c.device);
+    for (const std::string& part : c.parts) EXPECT_TRUE(contains(why, part)) << why << " lacks " << part;
+    EXPECT_NE(select_kernel(c.shape, c.device).id(), KernelId::kFewHeadsMma);
+  }
+  // The free choice: every T at H <= 16, below 64 tokens above.
+  EXPECT_EQ(select_kernel(shape(2048, 16), kH200).plan.name, "few_heads_n16");
+  EXPECT_EQ(select_kernel(shape(2048, 8), kH200).plan.name, "few_heads_n8");
+  EXPECT_EQ(select_kernel(shape(63, 128), kH200).plan.name, "few_heads_n16");
+  EXPECT_EQ(select_kernel(shape(64, 128), kH200).id(), KernelId::kSm90Wgmma);
+}
+
 TEST(SelectKernel, HopperFastPathWhereItFits) {
   // The sm90 kernel runs H > 16 with the whole window (<= 128) in shared memory and 16-byte rows;
   // the few-heads kernel such windows of 16 heads or fewer; everything else, and every non-Hopper
