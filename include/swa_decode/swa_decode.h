@@ -155,10 +155,10 @@ struct DecodeArgs {
 // What would run for a given shape, decided without touching the data or launching anything.
 struct SupportInfo {
   bool supported = false;
-  std::string kernel;   // e.g. "portable_mma_g2", "sm90_wgmma", "cpu_reference"
-  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (1 for the CPU path, 0 for sm90)
+  std::string kernel;   // e.g. "portable_mma_g2", "sm90_wgmma", "few_heads_n16", "cpu_reference"
+  int32_t head_groups_per_cta = 0;  // 16-head groups one CTA holds (1 for the CPU path, 0 for sm90 and few_heads)
   std::string why_not;  // filled when !supported: which argument, what was expected, what was seen
-  std::string family;   // the kernel's family when supported: "portable", "sm90" or "cpu"
+  std::string family;   // the kernel's family when supported: "portable", "sm90", "few_heads" or "cpu"
 };
 
 // Validates `args` (shapes, strides, dtypes, null pointers) and answers what would run on
