@@ -4,7 +4,7 @@
 // With few heads a 16-head mma M (the portable kernel) or a 64-row wgmma (sm90) pads most of its
 // math, and a CTA that streams the window in tiles behind barriers for 16 heads spends its time
 // waiting. Here the keys are the mma's M and the heads its N (8 a tile), and one CTA holds its
-// token's whole window (up to 128 rows, 64 KiB of raw e4m3) in shared memory:
+// token's whole window (up to 128 rows of raw e4m3, 66 KiB at a 528-byte pitch) in shared memory:
 //   1. compact the valid entries; gather every row with one bulk copy (warp w copies keys
 //      16w..16w+15 onto its own mbarrier, and loads their inv_scales meanwhile); q goes to shared
 //      memory as f16 B fragments (each head scaled by a power of two, q_f16.cuh);
@@ -18,7 +18,9 @@
 // The dot product does not care in which order dims are summed, so step 2 reads the dims of each
 // 16-dim k-step in the order ldmatrix delivers them and q's fragments are built in that order;
 // step 4's rows are dims in ldmatrix.trans's order, which the store follows.
-// Two CTAs share an SM on sm_90 (few_heads_plan.h): one gathers while the other computes.
+// Two CTAs share an SM (few_heads_plan.h). What bounds it is each CTA's serial chain with two tokens
+// in flight per SM: a wave's CTAs gather together and compute together (docs/perf-notes.md,
+// few-heads v2 and v3).
 #pragma once
 
 #include <cstdint>
