@@ -28,11 +28,8 @@ constexpr int64_t kMaxPreferredTokensAboveThoseHeads = 63;
 constexpr int64_t kMaxLastRowOffset = (int64_t{1} << 32) * few_heads::kHeadDim;
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
-  if (!sm90_kernel_built()) return "this build has no sm_90a kernels (sm_90 was not among its CUDA targets)";
-  if (device.cc_major != 9 || device.cc_minor != 0) {
-    return "the few-heads kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
-           std::to_string(device.cc_minor);
-  }
+  std::string device_problem = sm90a_why_not("the few-heads kernel", device);
+  if (!device_problem.empty()) return device_problem;
   if (shape.has_extra) return "the few-heads kernel reads a window alone: no extra source";
   if (shape.window_format != KvFormat::kE4m3) return "the few-heads kernel reads seed-format (kE4m3) rows only";
   if (shape.window_size > few_heads::kKeys) {
@@ -47,12 +44,8 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
     return "the few-heads kernel numbers cache blocks in 32 bits: the last row must start below " +
            std::to_string(kMaxLastRowOffset) + " bytes from kv_cache, got " + std::to_string(shape.kv_last_row_offset);
   }
-  const int smem_bytes = few_heads::smem_bytes(few_heads::head_tiles_for(shape.num_heads));
-  if (device.smem_optin_bytes < smem_bytes) {
-    return "the few-heads kernel needs " + std::to_string(smem_bytes) + " bytes of shared memory per block, device "
-           "allows " + std::to_string(device.smem_optin_bytes);
-  }
-  return {};
+  return shared_memory_why_not("the few-heads kernel", few_heads::smem_bytes(few_heads::head_tiles_for(shape.num_heads)),
+                               device);
 }
 
 bool preferred(const DecodeShape& shape, const DeviceInfo&) {

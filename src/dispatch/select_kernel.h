@@ -40,6 +40,14 @@ const char* model1_source(const DecodeShape& shape);
 // Whether this build contains the sm_90a fast path (CMake builds it when sm_90 is a target).
 bool sm90_kernel_built();
 
+// Why `kernel` ("the sm90 kernel", "the few-heads kernel"), built for sm_90a, cannot run on
+// `device` or in this build, or "": the build must hold the sm_90a kernels and the device be
+// compute capability 9.0 (an sm_90a binary runs on nothing else).
+std::string sm90a_why_not(const char* kernel, const DeviceInfo& device);
+
+// Why `kernel` cannot take `bytes` of shared memory per block on `device`, or "".
+std::string shared_memory_why_not(const char* kernel, int64_t bytes, const DeviceInfo& device);
+
 // `only` restricts the choice to one kernel family (KernelId::kNone = free choice): then the
 // answer is that family's plan or its why_not, never another family.
 KernelChoice select_kernel(const DecodeShape& shape, const DeviceInfo& device, KernelId only = KernelId::kNone);

@@ -54,11 +54,8 @@ bool runs_layer_kernel(const DecodeShape& shape) {
 }
 
 std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
-  if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";
-  if (device.cc_major != 9 || device.cc_minor != 0) {
-    return "the sm90 kernel needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
-           std::to_string(device.cc_minor);
-  }
+  std::string device_problem = sm90a_why_not("the sm90 kernel", device);
+  if (!device_problem.empty()) return device_problem;
   if (shape.window_size > sm90::kKeys) {
     return "the sm90 kernel holds the whole window in shared memory: window_size must be <= " +
            std::to_string(sm90::kKeys) + ", got " + std::to_string(shape.window_size);
@@ -66,10 +63,8 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   std::string rows = rows_why_not("kv_cache", shape.kv_row_alignment, shape.kv_last_row_offset);
   if (!rows.empty()) return rows;
   const int smem_bytes = runs_layer_kernel(shape) ? sm90::kLayerSmemBytes : sm90::kSmemBytes;
-  if (device.smem_optin_bytes < smem_bytes) {
-    return "the sm90 kernel needs " + std::to_string(smem_bytes) + " bytes of shared memory per block, device "
-           "allows " + std::to_string(device.smem_optin_bytes);
-  }
+  std::string smem = shared_memory_why_not("the sm90 kernel", smem_bytes, device);
+  if (!smem.empty()) return smem;
   if (!runs_layer_kernel(shape)) return {};
   if (shape.has_extra) {
     rows = rows_why_not("extra.kv_cache", shape.extra_kv_row_alignment, shape.extra_kv_last_row_offset);
@@ -104,6 +99,21 @@ bool sm90_kernel_built() {
 #else
   return false;
 #endif
+}
+
+std::string sm90a_why_not(const char* kernel, const DeviceInfo& device) {
+  if (!sm90_kernel_built()) return "this build has no sm_90a kernel (sm_90 was not among its CUDA targets)";
+  if (device.cc_major != 9 || device.cc_minor != 0) {
+    return std::string(kernel) + " needs compute capability 9.0, got " + std::to_string(device.cc_major) + "." +
+           std::to_string(device.cc_minor);
+  }
+  return {};
+}
+
+std::string shared_memory_why_not(const char* kernel, int64_t bytes, const DeviceInfo& device) {
+  if (device.smem_optin_bytes >= bytes) return {};
+  return std::string(kernel) + " needs " + std::to_string(bytes) + " bytes of shared memory per block, device allows " +
+         std::to_string(device.smem_optin_bytes);
 }
 
 extern const KernelRecord kSm90Record{.id = KernelId::kSm90Wgmma, .family = "sm90", .why_not = why_not,
