@@ -22,10 +22,22 @@ __device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, 
                          : static_cast<int64_t>(static_cast<const int32_t*>(src.lens)[entry]);
 }
 
+// Elements from src.indices to `token`'s slot id in index column `column`.
+__device__ __forceinline__ int64_t slot_id_offset(const KvSourceParams& src, int token, int column) {
+  return token * src.stride_indices_token + column;
+}
+
 __device__ __forceinline__ int64_t load_slot_id(const KvSourceParams& src, int token, int column) {
-  const int64_t offset = token * src.stride_indices_token + column;
+  const int64_t offset = slot_id_offset(src, token, column);
   return src.index_is_i64 ? static_cast<const int64_t*>(src.indices)[offset]
                           : static_cast<int64_t>(static_cast<const int32_t*>(src.indices)[offset]);
+}
+
+// Where that slot id is (for a prefetch).
+__device__ __forceinline__ const void* slot_id_address(const KvSourceParams& src, int token, int column) {
+  const int64_t offset = slot_id_offset(src, token, column);
+  return src.index_is_i64 ? static_cast<const void*>(static_cast<const int64_t*>(src.indices) + offset)
+                          : static_cast<const void*>(static_cast<const int32_t*>(src.indices) + offset);
 }
 
 __device__ __forceinline__ float load_inv_scale(const KvSourceParams& src, int64_t slot) {
@@ -49,6 +61,18 @@ struct SlotInBlock {
   uint32_t block;
   uint32_t offset;
 };
+
+// Bytes from src.kv_cache to the row of slot `in_block` of block `block` (the paged layout).
+__device__ __forceinline__ int64_t row_offset_in_cache(const KvSourceParams& src, int64_t block, int64_t in_block) {
+  return block * src.stride_kv_block + in_block * src.stride_kv_token;
+}
+__device__ __forceinline__ int64_t row_offset_in_cache(const KvSourceParams& src, SlotInBlock entry) {
+  return row_offset_in_cache(src, entry.block, entry.offset);
+}
+// The slot id a compacted entry came from.
+__device__ __forceinline__ int64_t slot_of(const KvSourceParams& src, SlotInBlock entry) {
+  return static_cast<int64_t>(entry.block) * src.block_size + entry.offset;
+}
 
 // Writes, for each valid entry of `token` among columns [column_begin, column_end) of src.indices,
 // in column order, row_offset_bias plus the offset of its cache row from src.kv_cache to
@@ -126,8 +150,7 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
         if constexpr (kModel1) {
           s_row_offset[entry] = SlotInBlock{static_cast<uint32_t>(block), static_cast<uint32_t>(in_block)};
         } else {
-          store_row_offset(&s_row_offset[entry],
-                           row_offset_bias + block * src.stride_kv_block + in_block * src.stride_kv_token);
+          store_row_offset(&s_row_offset[entry], row_offset_bias + row_offset_in_cache(src, block, in_block));
           s_inv_scale[entry] = scale[k];
         }
       }

@@ -120,11 +120,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   // whatever its length) are pulled into L1 beside the length, so that the compaction's loads of
   // them hit there instead of making a second dependent round trip to HBM after the length's.
   // 128 threads each prefetch their column's line (one line serves 32 int32 or 16 int64 ids).
-  if (tid < p.window.max_entries) {
-    const int64_t offset = token * p.window.stride_indices_token + tid;
-    ptx::prefetch_l1(p.window.index_is_i64 ? static_cast<const void*>(static_cast<const int64_t*>(p.window.indices) + offset)
-                                           : static_cast<const void*>(static_cast<const int32_t*>(p.window.indices) + offset));
-  }
+  if (tid < p.window.max_entries) ptx::prefetch_l1(slot_id_address(p.window, token, tid));
   // The list holds each entry's block and offset; the inv_scales are loaded below, beside the rows,
   // instead of before them.
   const int num_valid = compact_window<kThreads>(p.window, token, tid, [] { __syncthreads(); }, smem.entries,
@@ -141,9 +137,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     if (lane == 0) ptx::mbarrier_arrive_expect_tx(&smem.rows_landed[warp], static_cast<uint32_t>(listed * kHeadDim));
     __syncwarp();
     if (lane < listed) {
-      const SlotInBlock entry = smem.entries[first_key + lane];
-      const uint8_t* row = p.window.kv_cache + static_cast<int64_t>(entry.block) * p.window.stride_kv_block +
-                           static_cast<int64_t>(entry.offset) * p.window.stride_kv_token;
+      const uint8_t* row = p.window.kv_cache + row_offset_in_cache(p.window, smem.entries[first_key + lane]);
       ptx::bulk_copy_to_shared(kv_base + (first_key + lane) * kRowStride, row, kHeadDim, &smem.rows_landed[warp]);
     }
     for (int key = first_key + listed; key < first_key + kKeysPerWarp; ++key) {
@@ -151,10 +145,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     }
   }
   float listed_scale = 0.0f;
-  if (tid < num_valid) {
-    const SlotInBlock entry = smem.entries[tid];
-    listed_scale = load_inv_scale(p.window, static_cast<int64_t>(entry.block) * p.window.block_size + entry.offset);
-  }
+  if (tid < num_valid) listed_scale = load_inv_scale(p.window, slot_of(p.window, smem.entries[tid]));
 
   // Each head's power of two into f16 (q_f16.cuh), from its largest |q| over all warps.
 #pragma unroll
