@@ -62,12 +62,6 @@ static_assert(sizeof(SmemPlan<1>) == smem_bytes(1) && sizeof(SmemPlan<2>) == sme
 // heads; lane t of a quad holds columns 2t and 2t + 1).
 __device__ __forceinline__ int column_head(int n, int j, int frag_quad) { return n * kHeadsPerTile + 2 * frag_quad + j; }
 
-// Largest |x| of two bf16 pairs, as float bits.
-__device__ __forceinline__ uint32_t bf16x4_max_bits(uint2 words) {
-  const uint32_t pair_max = __vmaxu2(words.x & 0x7FFF7FFFu, words.y & 0x7FFF7FFFu);
-  return max(pair_max & 0xFFFFu, pair_max >> 16) << 16;
-}
-
 // Grid: (token, block of kHeadTiles * 8 heads). kHeadTiles = 1 for up to 8 heads, else 2.
 template <int kHeadTiles>
 __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __grid_constant__ DecodeParams p) {
@@ -152,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   for (int n = 0; n < kHeadTiles; ++n) {
     uint32_t bits = 0;
 #pragma unroll
-    for (int s = 0; s < kQSteps; ++s) bits = max(bits, bf16x4_max_bits(q_words[s][n]));
+    for (int s = 0; s < kQSteps; ++s) bits = max(bits, portable::bf16x4_max_bits(q_words[s][n]));
     bits = max(bits, __shfl_xor_sync(kFullMask, bits, 1));
     bits = max(bits, __shfl_xor_sync(kFullMask, bits, 2));
     if (frag_quad == 0) atomicMax(&smem.q_max_bits[n * kHeadsPerTile + frag_row], bits);

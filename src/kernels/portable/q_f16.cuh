@@ -15,6 +15,14 @@
 
 namespace swa_decode::portable {
 
+// The larger of two bf16 magnitudes held in one word (low and high half), as float bits.
+__device__ __forceinline__ uint32_t bf16_pair_max_bits(uint32_t pair) { return max(pair & 0xFFFFu, pair >> 16) << 16; }
+
+// Largest |x| of the four bf16 of `words`, as float bits (non-negative floats order as their bits).
+__device__ __forceinline__ uint32_t bf16x4_max_bits(uint2 words) {
+  return bf16_pair_max_bits(__vmaxu2(words.x & 0x7FFF7FFFu, words.y & 0x7FFF7FFFu));
+}
+
 // Largest |x| over the bf16 pairs of `words`, as a float (NaN sorts above inf, as its bits do).
 __device__ __forceinline__ float bf16_max_magnitude(const uint4 (&words)[4]) {
   uint32_t pair_max = 0;
@@ -25,8 +33,7 @@ __device__ __forceinline__ float bf16_max_magnitude(const uint4 (&words)[4]) {
     pair_max = __vmaxu2(pair_max, words[c].z & 0x7FFF7FFFu);
     pair_max = __vmaxu2(pair_max, words[c].w & 0x7FFF7FFFu);
   }
-  const uint32_t bits = max(pair_max & 0xFFFFu, pair_max >> 16);
-  return __uint_as_float(bits << 16);
+  return __uint_as_float(bf16_pair_max_bits(pair_max));
 }
 
 // The k of 2^k for a head whose largest magnitude is `amax` (exponent field E: amax in
