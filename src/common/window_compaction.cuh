@@ -74,6 +74,95 @@ __device__ __forceinline__ int64_t slot_of(const KvSourceParams& src, SlotInBloc
   return static_cast<int64_t>(entry.block) * src.block_size + entry.offset;
 }
 
+// Columns per thread of one compaction pass: fewer threads than the pass's columns take several
+// columns each.
+template <int kThreads, int kColumnsPerPass>
+constexpr int compaction_columns_per_thread() {
+  return kThreads >= kColumnsPerPass ? 1 : kColumnsPerPass / kThreads;
+}
+
+// One pass of compact_columns (below) as loaded, before anything is written: each thread's slot
+// ids of columns base + k * kThreads + tid, whether each is valid, and (kE4m3 rows compacted into
+// row offsets) its inverse scale. Splitting the loads from the writes lets a caller issue a pass's
+// two dependent round trips (indices, then scales) before it waits for the list it writes into
+// (the sm90 layer kernel's compaction warp).
+template <int kColumnsPerThread>
+struct LoadedColumns {
+  int64_t slot[kColumnsPerThread];
+  bool valid[kColumnsPerThread];
+  float scale[kColumnsPerThread];  // unused for RowOffset = SlotInBlock
+};
+
+// Issues all of a pass's index loads, then all of its scale loads, before using any.
+template <int kThreads, int kColumnsPerThread, bool kSlotsInBlocks>
+__device__ __forceinline__ LoadedColumns<kColumnsPerThread> load_columns(const KvSourceParams& src, int token, int base,
+                                                                         int column_end, int tid) {
+  LoadedColumns<kColumnsPerThread> loaded;
+#pragma unroll
+  for (int k = 0; k < kColumnsPerThread; ++k) {
+    const int column = base + k * kThreads + tid;
+    loaded.slot[k] = column < column_end ? load_slot_id(src, token, column) : -1;
+  }
+#pragma unroll
+  for (int k = 0; k < kColumnsPerThread; ++k) {
+    loaded.valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(loaded.slot[k], src.num_slots);
+    // A kModel1 row carries its scales (applied when it is dequantized): compacted as row offsets
+    // (the sm90 layer kernel) its entry's factor is 1, and its inv_scale (null) is never read.
+    if constexpr (!kSlotsInBlocks) {
+      loaded.scale[k] = loaded.valid[k] ? (src.is_model1 ? 1.0f : load_inv_scale(src, loaded.slot[k])) : 0.0f;
+    }
+  }
+  return loaded;
+}
+
+// Appends a loaded pass's valid entries, in column order, after the num_valid already listed;
+// returns the new count. compact_columns says what is written and how `sync` is used.
+template <int kThreads, int kColumnsPerThread, typename Sync, typename RowOffset>
+__device__ __forceinline__ int write_columns(const LoadedColumns<kColumnsPerThread>& loaded,
+                                             const KvSourceParams& src, int num_valid, int tid, Sync sync,
+                                             RowOffset* s_row_offset, float* s_inv_scale, int* s_warp_counts,
+                                             int64_t row_offset_bias) {
+  constexpr int kWarps = kThreads / 32;
+  constexpr bool kModel1 = std::is_same_v<RowOffset, SlotInBlock>;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  // Slot ids below 2^31 (every cache of fewer slots) take 32-bit divisions by block_size, a
+  // fraction of the 64-bit ones' instructions (the same for every entry of the source).
+  const bool narrow_slots = src.num_slots <= INT32_MAX;
+  const auto block_of = [&](int64_t slot) {
+    return narrow_slots ? static_cast<int64_t>(static_cast<uint32_t>(slot) / static_cast<uint32_t>(src.block_size))
+                        : slot / src.block_size;
+  };
+#pragma unroll
+  for (int k = 0; k < kColumnsPerThread; ++k) {
+    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, loaded.valid[k]);
+    if (lane == 0) s_warp_counts[warp] = __popc(ballot);
+    sync();
+    int before = num_valid;
+    int slice_total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int count = s_warp_counts[w];
+      before += (w < warp) ? count : 0;
+      slice_total += count;
+    }
+    if (loaded.valid[k]) {
+      const int entry = before + __popc(ballot & ((1u << lane) - 1u));
+      const int64_t block = block_of(loaded.slot[k]);
+      const int64_t in_block = loaded.slot[k] - block * src.block_size;
+      if constexpr (kModel1) {
+        s_row_offset[entry] = SlotInBlock{static_cast<uint32_t>(block), static_cast<uint32_t>(in_block)};
+      } else {
+        store_row_offset(&s_row_offset[entry], row_offset_bias + row_offset_in_cache(src, block, in_block));
+        s_inv_scale[entry] = loaded.scale[k];
+      }
+    }
+    num_valid += slice_total;
+    sync();  // s_warp_counts is rewritten by the next slice of columns
+  }
+  return num_valid;
+}
+
 // Writes, for each valid entry of `token` among columns [column_begin, column_end) of src.indices,
 // in column order, row_offset_bias plus the offset of its cache row from src.kv_cache to
 // s_row_offset[0, n) (store_row_offset; a bias lets a kernel address two sources' rows from one
@@ -90,9 +179,8 @@ __device__ __forceinline__ int64_t slot_of(const KvSourceParams& src, SlotInBloc
 // before the first entry is written (so the lists may still be in use when it is called), and on
 // return every entry written is visible to all participating threads (the last write is followed
 // by `sync`).
-// A pass covers kColumnsPerPass columns: fewer threads than that take several columns each, and
-// issue all of a pass's index loads, then all of its scale loads, before using any, so a pass costs
-// two dependent global round trips whatever the thread count: a single warp compacts a 128-entry
+// A pass covers kColumnsPerPass columns (load_columns, then write_columns), so a pass costs two
+// dependent global round trips whatever the thread count: a single warp compacts a 128-entry
 // window in three (length, indices, scales) instead of nine, and 128 threads a 1024-column chunk
 // of the extra source in two instead of sixteen.
 template <int kThreads, int kColumnsPerPass, typename Sync, typename RowOffset>
@@ -100,63 +188,14 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
                                RowOffset* s_row_offset, float* s_inv_scale, int* s_warp_counts,
                                int64_t row_offset_bias = 0) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps only");
-  constexpr int kWarps = kThreads / 32;
-  constexpr int kColumnsPerThread = kThreads >= kColumnsPerPass ? 1 : kColumnsPerPass / kThreads;
+  constexpr int kColumnsPerThread = compaction_columns_per_thread<kThreads, kColumnsPerPass>();
   constexpr bool kModel1 = std::is_same_v<RowOffset, SlotInBlock>;
-  const int lane = tid % 32;
-  const int warp = tid / 32;
-
-  // Slot ids below 2^31 (every cache of fewer slots) take 32-bit divisions by block_size, a
-  // fraction of the 64-bit ones' instructions (the same for every entry of the source).
-  const bool narrow_slots = src.num_slots <= INT32_MAX;
-  const auto block_of = [&](int64_t slot) {
-    return narrow_slots ? static_cast<int64_t>(static_cast<uint32_t>(slot) / static_cast<uint32_t>(src.block_size))
-                        : slot / src.block_size;
-  };
   int num_valid = 0;
   for (int base = column_begin; base < column_end; base += kThreads * kColumnsPerThread) {
-    int64_t slot[kColumnsPerThread];
-#pragma unroll
-    for (int k = 0; k < kColumnsPerThread; ++k) {
-      const int column = base + k * kThreads + tid;
-      slot[k] = column < column_end ? load_slot_id(src, token, column) : -1;
-    }
-    bool valid[kColumnsPerThread];
-    [[maybe_unused]] float scale[kColumnsPerThread];  // kE4m3 only
-#pragma unroll
-    for (int k = 0; k < kColumnsPerThread; ++k) {
-      valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(slot[k], src.num_slots);
-      // A kModel1 row carries its scales (applied when it is dequantized): compacted as row offsets
-      // (the sm90 layer kernel) its entry's factor is 1, and its inv_scale (null) is never read.
-      if constexpr (!kModel1) scale[k] = valid[k] ? (src.is_model1 ? 1.0f : load_inv_scale(src, slot[k])) : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kColumnsPerThread; ++k) {
-      const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, valid[k]);
-      if (lane == 0) s_warp_counts[warp] = __popc(ballot);
-      sync();
-      int before = num_valid;
-      int slice_total = 0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const int count = s_warp_counts[w];
-        before += (w < warp) ? count : 0;
-        slice_total += count;
-      }
-      if (valid[k]) {
-        const int entry = before + __popc(ballot & ((1u << lane) - 1u));
-        const int64_t block = block_of(slot[k]);
-        const int64_t in_block = slot[k] - block * src.block_size;
-        if constexpr (kModel1) {
-          s_row_offset[entry] = SlotInBlock{static_cast<uint32_t>(block), static_cast<uint32_t>(in_block)};
-        } else {
-          store_row_offset(&s_row_offset[entry], row_offset_bias + row_offset_in_cache(src, block, in_block));
-          s_inv_scale[entry] = scale[k];
-        }
-      }
-      num_valid += slice_total;
-      sync();  // s_warp_counts is rewritten by the next slice of columns
-    }
+    const LoadedColumns<kColumnsPerThread> loaded =
+        load_columns<kThreads, kColumnsPerThread, kModel1>(src, token, base, column_end, tid);
+    num_valid = write_columns<kThreads>(loaded, src, num_valid, tid, sync, s_row_offset, s_inv_scale, s_warp_counts,
+                                        row_offset_bias);
   }
   return num_valid;
 }

@@ -83,6 +83,10 @@ __device__ __forceinline__ void prefetch_source_rows_l2(const KvSourceParams& sr
 // TileRecord. A tile can hold fewer than 128 entries (holes, ids out of range, the last columns):
 // it is still one tile. An item without index columns gets one empty record, so that the gather
 // warps and the consumers walk the same list.
+// A record's index columns (at most kKeys) are one compaction pass of the warp.
+inline constexpr int kRecordColumnsPerLane = compaction_columns_per_thread<kCompactThreads, kKeys>();
+static_assert(kRecordColumnsPerLane * kCompactThreads == kKeys, "a record is one pass");
+
 template <class Pair>
 __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p, const CUtensorMap& q_map,
                                                           LayerSmemPlan& smem, LayerSmemSync& sync, int rank) {
@@ -102,15 +106,20 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
     const int tiles = window_tiles + (extra_columns + kKeys - 1) / kKeys;
     const int records = tiles > 0 ? tiles : 1;
     for (int r = 0; r < records; ++r) {
-      ptx::mbarrier_wait(&sync.meta_empty[meta.index], meta.phase ^ 1u);  // everyone is done with record - 2
       const bool from_window = r < window_tiles;
       const KvSourceParams& src = from_window ? p.window : p.extra;
       const int begin = from_window ? 0 : (r - window_tiles) * kKeys;
       const int end = from_window ? window_columns : min(begin + kKeys, extra_columns);
+      // The record's index and scale loads go out before the wait for its buffer, so that their
+      // two round trips run under it: waiting first, the warp published each record ~2 us after
+      // its buffer came free, and the gather warps waited for records (perf-notes, layer v7).
+      const LoadedColumns<kRecordColumnsPerLane> loaded =
+          load_columns<kCompactThreads, kRecordColumnsPerLane, false>(src, token, begin, end, lane);
+      ptx::mbarrier_wait(&sync.meta_empty[meta.index], meta.phase ^ 1u);  // everyone is done with record - 2
       const int n = tiles == 0 ? 0
-                               : compact_columns<kCompactThreads, kKeys>(
-                                     src, token, begin, end, lane, [] { __syncwarp(); }, smem.row_offset[meta.index],
-                                     smem.inv_scale[meta.index], sync.warp_counts);
+                               : write_columns<kCompactThreads>(loaded, src, 0, lane, [] { __syncwarp(); },
+                                                                smem.row_offset[meta.index],
+                                                                smem.inv_scale[meta.index], sync.warp_counts, 0);
       if (lane == 0) {
         TileRecord& record = sync.record[meta.index];
         record.num_valid = n;
