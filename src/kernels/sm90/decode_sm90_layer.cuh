@@ -13,10 +13,12 @@
 //    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1). In a
 //    pair each CTA gathers 32 of a subtile's keys and writes them into both CTAs' stages, warp 0
 //    issuing the copies into a two-share staging ring and warps 1-2 dequantizing (LayerPair);
-//  * two consumers (WG 1, 2) hold the same 64 heads: each computes a subtile's S = Q K^T (the
-//    duplicate costs the tensor pipe, not the producer) and owns one 256-dim half of O, whose
-//    accumulators live across the tiles of an online softmax (log2 domain); after the item's last
-//    tile, the sink, lse (consumer 0) and out.
+//  * two consumers (WG 1, 2) hold the same 64 heads and own one 256-dim half of O each, whose
+//    accumulators live across the tiles of an online softmax (log2 domain). In a lone CTA both
+//    compute each subtile's S = Q K^T (the duplicate costs the tensor pipe); in a pair consumer 0
+//    computes it once and hands P, the rescale factors and at the end the out factors to consumer
+//    1 through shared memory (PairExchange, named barriers kPReadyBarrier ..). After the item's
+//    last tile, the sink, lse (consumer 0) and out.
 //
 // Barriers and phases (counts in sm90_layer_plan.h, LayerSmemSync; phases are PipeStates):
 //  * meta_full / meta_empty [2]: the records and compacted entries, one buffer per record,
@@ -60,7 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::prefetch_tensor_map(&q_map);
     for (int c = 0; c < kQChunks; ++c) {
       ptx::mbarrier_init(&sync.q_full[c], 1);
-      ptx::mbarrier_init(&sync.q_empty[c], kConsumerThreads);
+      ptx::mbarrier_init(&sync.q_empty[c], Pair::kQReaders);
     }
     for (int stage = 0; stage < kKvStages; ++stage) {
       ptx::mbarrier_init(&sync.kv_full[stage], Pair::kKvFullArrivals);
@@ -102,9 +104,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       run_layer_compaction_warp<Pair>(p, q_map, smem, sync, rank);
     }
+  } else if constexpr (Pair::kScoresOnce) {  // consumer 0 computes S, consumer 1 only its PV half
+    if (wg == 1) {
+      ptx::setmaxnreg_inc<kPairScorerRegisters>();
+      run_scoring_consumer<Pair>(p, smem, sync, 0, rank);
+    } else {
+      ptx::setmaxnreg_inc<kPairValueRegisters>();
+      run_value_consumer<Pair>(p, smem, sync, rank);
+    }
   } else {
     ptx::setmaxnreg_inc<kLayerConsumerRegisters>();
-    run_layer_consumer<Pair>(p, smem, sync, wg - 1, rank);
+    run_scoring_consumer<Pair>(p, smem, sync, wg - 1, rank);
   }
   // Neither CTA of a pair leaves while the other may still store into its stages or arrive on its
   // barriers (the last subtile's kv_empty arrivals are never waited for).

@@ -1,6 +1,6 @@
 // wgmma through CuTe's atoms for the two matmuls of the Hopper kernels: S = Q K^T (m64n128k16 in
 // the window kernel, m64n64k16 on the layer kernel's half tiles; both operands in shared memory)
-// and O = P V (m64n256k16, P from registers, V MN-major).
+// and O = P V (m64n256k16, P from registers or shared memory, V MN-major).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,9 @@ struct GmmaQKAtom<32> {  // 64 keys
   using type = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 };
 using GmmaPV = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
+// P from shared memory instead (the layer kernel's second consumer in a pair, PairExchange).
+using GmmaPVShared =
+    cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
 
 template <int kAccumulators, size_t... I>
 __device__ __forceinline__ void gmma_qk_impl(float (&d)[kAccumulators], uint64_t desc_a, uint64_t desc_b,
@@ -37,6 +40,13 @@ __device__ __forceinline__ void gmma_pv_impl(float (&d)[128], const uint32_t (&a
                                              std::index_sequence<I...>) {
   GmmaPV::fma(a[0], a[1], a[2], a[3], desc_b, d[I]...,
               accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+template <size_t... I>
+__device__ __forceinline__ void gmma_pv_shared_impl(float (&d)[128], uint64_t desc_a, uint64_t desc_b, bool accumulate,
+                                                    std::index_sequence<I...>) {
+  GmmaPVShared::fma(desc_a, desc_b, d[I]...,
+                    accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
 
 // S (+)= one 64-dim chunk of Q x the same 64 dims of 2 * kAccumulators keys: four k-steps, both
@@ -66,6 +76,19 @@ __device__ __forceinline__ void gmma_pv_keys(float (&o)[128], const uint32_t (&p
     // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO kBlockBytes).
     const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kBlockBytes, 8 * kRowBytes);
     gmma_pv_impl(o, p_frag[ks], desc_v, accumulate || ks != 0, std::make_index_sequence<128>{});
+  }
+}
+
+// The same with P in shared memory, K-major under the 128-byte swizzle (rows of 128 B = 64 keys,
+// the layout of a q chunk; p_base on a 1024-byte boundary): k-step ks reads its 16 keys 32 bytes in.
+template <int kKSteps, uint32_t kBlockBytes>
+__device__ __forceinline__ void gmma_pv_keys_shared_p(float (&o)[128], uint32_t p_base, uint32_t v_base,
+                                                      bool accumulate) {
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    const uint64_t desc_p = ptx::make_smem_desc_sw128(p_base + ks * 32, 16, 1024);
+    const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kBlockBytes, 8 * kRowBytes);
+    gmma_pv_shared_impl(o, desc_p, desc_v, accumulate || ks != 0, std::make_index_sequence<128>{});
   }
 }
 

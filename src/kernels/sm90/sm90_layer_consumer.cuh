@@ -1,6 +1,7 @@
 // Consumer warpgroups of the Hopper layer kernel: per tile S = Q K^T against the item's resident q,
 // an online softmax across the item's tiles, O += P V on this warpgroup's 256-dim half; after the
-// item's last tile the sink, lse and 16-byte output stores.
+// item's last tile the sink, lse and 16-byte output stores. A lone CTA's two consumers both compute
+// S; a pair's consumer 0 computes it once and hands P over (PairExchange, sm90_layer_plan.h).
 #pragma once
 
 #include <cstdint>
@@ -43,13 +44,66 @@ __device__ __forceinline__ void subtile_softmax(float (&s)[kSubtileKeys / 2], co
   scores_to_p(s, inv_scale, num_valid, frag_quad, base, row_sum, p_frag);
 }
 
-// Both consumer warpgroups hold the item's 64 heads: each computes a subtile's S (duplicated) and
-// owns one 256-dim half of O (wg 0: dims 0-255), whose 128 fp32 accumulators live across the
-// item's tiles. Consumer 0 writes lse. In a pair (LayerPair), half of every stage comes from the
-// peer CTA's gather warps, and the peer's gather warps wait for these consumers too.
+// A pair's PairExchange: staging's rows from kPairStagedRows on, which a pair never stages into.
+__device__ __forceinline__ PairExchange& pair_exchange(LayerSmemPlan& smem) {
+  return *reinterpret_cast<PairExchange*>(&smem.staging[kPairStagedRows][0]);
+}
+
+// Consumer 0 of a pair hands a subtile's P and rescale factors to consumer 1: once consumer 1's PV
+// has read the previous ones (kPFreeBarrier), each lane writes its P fragment words where a
+// K-major, 128-byte-swizzled A operand has them (head row h at 128 h, the 16-byte chunk of keys
+// 8 c .. 8 c + 7 at chunk c ^ (h % 8)) and the quad's first lane its two rows' factors, then
+// fences them for the async proxy (consumer 1's wgmma) and arrives on kPReadyBarrier.
+// The addresses come from threadIdx.x read anew here: with the 16 word addresses derived once and
+// held across the tile loop, ptxas spilled the consumers 88 B at 216 registers (CUDA 13.0).
+__device__ __forceinline__ void hand_over_p(PairExchange& exchange, const uint32_t (&p_frag)[kSubtileKeys / 16][4],
+                                            const float (&rescale)[2]) {
+  ptx::named_barrier_sync<kConsumerThreads>(kPFreeBarrier);
+  const int wtid = ptx::thread_index_x_unhoisted() % kWarpgroupThreads;
+  const int frag_row = (wtid % 32) / 4;
+  const int row_lo = (wtid / 32) * 16 + frag_row;  // row hi is 8 rows (1 KiB) further
+  // Row lo's word in chunk 0 with the swizzle folded in: exchange.p is 1024-aligned and its rows
+  // 128 B, so bits 4-6 of the address hold frag_row, and chunk c's word is this XOR (c << 4).
+  const uint32_t lo_word = ptx::smem_addr(exchange.p) + static_cast<uint32_t>(row_lo) * kRowBytes +
+                           static_cast<uint32_t>(frag_row << 4) + 4 * static_cast<uint32_t>(wtid % 4);
+#pragma unroll
+  for (int ks = 0; ks < kSubtileKeys / 16; ++ks)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // p_frag[ks][r]: row lo (r even) or hi, keys 16 ks + 8 (r / 2) + 2 q, + 1
+      const uint32_t word = lo_word ^ static_cast<uint32_t>((2 * ks + r / 2) << 4);
+      if (r & 1) {
+        ptx::st_shared_u32<8 * kRowBytes>(word, p_frag[ks][r]);
+      } else {
+        ptx::st_shared_u32(word, p_frag[ks][r]);
+      }
+    }
+  if (wtid % 4 == 0) {
+    exchange.rescale[row_lo] = rescale[0];
+    exchange.rescale[row_lo + 8] = rescale[1];
+  }
+  ptx::fence_proxy_async_shared();
+  ptx::named_barrier_arrive<kConsumerThreads>(kPReadyBarrier);
+}
+
+// O *= rescale per row, o[4 n + 2 r + e] being row r's; a warp whose rows all kept their max skips
+// the 128 multiplies.
+__device__ __forceinline__ void rescale_accumulators(float (&o)[128], const float (&rescale)[2]) {
+  if (__any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= rescale[(i / 2) % 2];
+  }
+}
+
+// Both consumer warpgroups hold the item's 64 heads and own one 256-dim half of O each (wg 0:
+// dims 0-255), whose 128 fp32 accumulators live across the item's tiles. This one computes each
+// subtile's S: in a lone CTA both consumers do (the duplicate costs the tensor pipe), in a pair
+// only consumer 0, which hands P to consumer 1 (run_value_consumer). Consumer 0 writes lse. In a
+// pair (LayerPair), half of every stage comes from the peer CTA's gather warps, and the peer's
+// gather warps wait for these consumers too.
 template <class Pair>
-__device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
-                                                   int wg, int rank) {
+__device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                     int wg, int rank) {
+  constexpr bool kHandsOverP = Pair::kScoresOnce;
   const int wtid = threadIdx.x % kWarpgroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
@@ -123,12 +177,9 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
         subtile_softmax(s, inv_scale + sub * kSubtileKeys, record.num_valid - sub * kSubtileKeys, logit_scale,
                         frag_quad, row_max, row_sum, p_frag, rescale);
         if (final_sub) ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // its scales are read
+        if constexpr (kHandsOverP) hand_over_p(pair_exchange(smem), p_frag, rescale);
 
-        // A warp whose rows all kept their max skips the 128 multiplies.
-        if (o_started && __any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
-#pragma unroll
-          for (int i = 0; i < 128; ++i) o[i] *= rescale[(i / 2) % 2];  // o[4 n + 2 r + e]: row r
-        }
+        if (o_started) rescale_accumulators(o, rescale);
         fence_accumulators(o);
 #pragma unroll
         for (int ks = 0; ks < kSubtileKeys / 16; ++ks)
@@ -168,6 +219,15 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
       if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
       if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;
     }
+    if constexpr (kHandsOverP) {  // consumer 1 has read the previous item's
+      ptx::named_barrier_sync<kConsumerThreads>(kFinalFreeBarrier);
+      if (frag_quad == 0) {
+        PairExchange& exchange = pair_exchange(smem);
+        exchange.out_factor[warp * 16 + frag_row] = fin[0].out_factor;
+        exchange.out_factor[warp * 16 + frag_row + 8] = fin[1].out_factor;
+      }
+      ptx::named_barrier_arrive<kConsumerThreads>(kFinalReadyBarrier);
+    }
     if (!o_started) {  // o still holds whatever it held: out must be exactly 0, never 0 * NaN
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -175,6 +235,72 @@ __device__ __forceinline__ void run_layer_consumer(const DecodeParams& p, LayerS
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       store_out_row_half(p, o, r, fin[r].out_factor, token, r == 0 ? head_lo : head_hi, half, frag_quad);
+    }
+  }
+}
+
+// Consumer 1 of a pair: walks the same records and subtiles as consumer 0, and per subtile waits
+// for its P (kPReadyBarrier), rescales its half of O by the factors that came with it and
+// multiplies P V on dims 256-511 with P read from shared memory; after an item, stores its half
+// with the out factors consumer 0 handed over. It reads neither q nor the inverse scales.
+template <class Pair>
+__device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                   int rank) {
+  constexpr int kHalf = 1;
+  const int wtid = threadIdx.x % kWarpgroupThreads;
+  const int warp = wtid / 32;
+  const int frag_row = (wtid % 32) / 4;
+  const int frag_quad = wtid % 4;
+  const int row_lo = warp * 16 + frag_row;  // of the slab's 64 heads
+  const int slabs = layer_slabs(p.num_heads);
+  const int num_items = layer_items(p);
+  PairExchange& exchange = pair_exchange(smem);
+  PipeState<2> meta;
+  PipeState<kKvStages> kv;
+  float o[128];
+  // Consumer 0 finds the exchange free for its first P and its first item's factors.
+  ptx::named_barrier_arrive<kConsumerThreads>(kPFreeBarrier);
+  ptx::named_barrier_arrive<kConsumerThreads>(kFinalFreeBarrier);
+  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
+    const int token = item / slabs;
+    const int head_lo = (item - token * slabs) * kSlabHeads + row_lo;
+    bool o_started = false;
+    bool last = false;
+    while (!last) {
+      ptx::mbarrier_wait(&sync.meta_full[meta.index], meta.phase);
+      const TileRecord record = sync.record[meta.index];
+      ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // only the record is read here
+      last = record.last != 0;
+      const int subtiles = (record.num_valid + kSubtileKeys - 1) / kSubtileKeys;
+      for (int sub = 0; sub < subtiles; ++sub) {
+        wait_pair_phase<Pair>(&sync.kv_full[kv.index], kv.phase);
+        ptx::named_barrier_sync<kConsumerThreads>(kPReadyBarrier);
+        const float rescale[2] = {exchange.rescale[row_lo], exchange.rescale[row_lo + 8]};
+        if (o_started) rescale_accumulators(o, rescale);
+        fence_accumulators(o);
+        cute::warpgroup_arrive();
+        gmma_pv_keys_shared_p<kSubtileKeys / 16, kSubtileKeys * kRowBytes>(
+            o, ptx::smem_addr(exchange.p), ptx::smem_addr(smem.kv[kv.index][kHalf * kBlocksPerHalf][0]), o_started);
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<0>();
+        fence_accumulators(o);
+        ptx::named_barrier_arrive<kConsumerThreads>(kPFreeBarrier);
+        arrive_pair<Pair>(&sync.kv_empty[kv.index], rank);
+        kv.advance();
+        o_started = true;
+      }
+      meta.advance();
+    }
+    ptx::named_barrier_sync<kConsumerThreads>(kFinalReadyBarrier);
+    const float out_factor[2] = {exchange.out_factor[row_lo], exchange.out_factor[row_lo + 8]};
+    ptx::named_barrier_arrive<kConsumerThreads>(kFinalFreeBarrier);
+    if (!o_started) {  // o still holds whatever it held: out must be exactly 0, never 0 * NaN
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      store_out_row_half(p, o, r, out_factor[r], token, head_lo + 8 * r, kHalf, frag_quad);
     }
   }
 }

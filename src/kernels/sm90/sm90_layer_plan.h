@@ -57,10 +57,20 @@ struct LayerPair {
   // are done with it (each CTA's writers fill both CTAs' stages).
   static constexpr uint32_t kKvFullArrivals = kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
+  // A pair computes S once (PairExchange): only consumer 0 reads q.
+  static constexpr bool kScoresOnce = kCtas == 2;
+  static constexpr uint32_t kQReaders = kScoresOnce ? kWarpgroupThreads : kConsumerThreads;
 };
-// The staging ring of a pair: two shares of 32 rows (the 64 rows of LayerSmemPlan::staging).
+// A pair stages its CTA's 32 keys of a subtile in the first 32 rows of LayerSmemPlan::staging
+// (the split gather as a ring of two shares of 16 rows, each share's rows landing while the other
+// is dequantized); the last 32 rows (16 KiB) hold the consumers' PairExchange. v5's shares were
+// 32 rows each and took all 64 rows (perf-notes, layer kernel v8).
+inline constexpr int kPairStagedRows = LayerPair<2>::kGatherKeys;  // 32
+inline constexpr int kShareRows = 16;
 inline constexpr int kStagingShares = 2;
-static_assert(kStagingShares * LayerPair<2>::kGatherKeys == kSubtileKeys, "the shares fill staging");
+inline constexpr int kSharesPerSubtile = kPairStagedRows / kShareRows;  // a pair CTA's 32 keys: 2 shares
+static_assert(kStagingShares * kShareRows == kPairStagedRows, "the shares fill the pair's staged rows");
+static_assert(kShareRows % 8 == 0, "a share starts on a multiple of 8 keys (the staging swizzle)");
 
 // The layer kernel's K/V ring and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
 // consumers' 4-stage q rings (2 x 4 x 8 KiB) turned into the item's whole q (8 x 8 KiB).
@@ -79,6 +89,28 @@ struct LayerSmemPlan {
   float inv_scale[2][kKeys];
 };
 
+// In a pair, S is computed once (FlashMLA's split of the two math warpgroups): consumer 0 computes
+// S, the softmax and its PV half with P in registers, and hands P (bf16, in the layout of a q
+// chunk: 64 heads x 64 keys, 128-byte swizzle, wgmma's K-major A) and each head's rescale factor
+// to consumer 1 through shared memory, which multiplies its half from there; after an item,
+// consumer 0 hands over each head's out factor. A lone CTA (H <= 64) has no room for it (its
+// staging takes all 64 rows), and both its consumers compute S.
+struct PairExchange {
+  alignas(1024) uint8_t p[kSlabHeads][kRowBytes];
+  float rescale[kSlabHeads];     // O *= rescale before this subtile's PV
+  float out_factor[kSlabHeads];  // the item's finalize_row out_factor
+};
+static_assert(sizeof(PairExchange) <= (kSubtileKeys - kPairStagedRows) * kHeadDim, "the exchange fits staging's rows 32-63");
+static_assert(kPairStagedRows * kHeadDim % 1024 == 0, "P starts on a swizzle atom");
+
+// Named barriers of the pair's consumers (ids after kProducerBarrier), each counting both
+// consumers' threads: consumer 0 waits on *_free before writing, consumer 1 on *_ready before
+// reading; consumer 1 arrives on both *_free barriers once at the start.
+inline constexpr uint32_t kPReadyBarrier = kProducerBarrier + 1;  // P and rescale of a subtile written
+inline constexpr uint32_t kPFreeBarrier = kProducerBarrier + 2;   // consumer 1's PV has read them
+inline constexpr uint32_t kFinalReadyBarrier = kProducerBarrier + 3;  // an item's out factors written
+inline constexpr uint32_t kFinalFreeBarrier = kProducerBarrier + 4;   // consumer 1 has read them
+
 // What the compaction warp says of each tile it publishes (a "record"). A record never mixes
 // sources: the window gives at most one (window_size <= kKeys), the extra source one per 128 index
 // columns. An item with no index column in either source gets a single record with num_valid 0.
@@ -92,7 +124,7 @@ struct TileRecord {
 // The records and the mbarriers (240 B), outside LayerSmemPlan so that smem_layout_of can put them
 // in the alignment gap before it. Arrival counts (decode_sm90_layer.cuh initializes them):
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
-//   q_empty[c]    kConsumerThreads: each after the item's last wgmma that read chunk c
+//   q_empty[c]    LayerPair::kQReaders: each after the item's last wgmma that read chunk c
 //   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
 //                 share of stage s
 //   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
@@ -101,7 +133,7 @@ struct TileRecord {
 //   meta_empty[b] kConsumerThreads + kGatherThreads: the consumers read the scales, the gather warps
 //                 the row offsets (and everyone the record); in a pair both the issuer and the
 //                 dequantizing warps (the RoPE copy) read the row offsets
-//   staged_full[b], staged_empty[b]: LayerPair's comment
+//   staged_full[b], staged_empty[b]: a pair's share b (LayerPair's comment, kShareRows)
 struct LayerSmemSync {
   TileRecord record[2];
   int warp_counts[1];  // the compaction runs on one warp
@@ -133,6 +165,12 @@ static_assert(every_layout_fits<LayerSmemPlan, LayerSmemSync>(), "smem_layout_of
 inline constexpr uint32_t kLayerProducerRegisters = 72;
 inline constexpr uint32_t kLayerConsumerRegisters = 216;
 static_assert(2 * kLayerConsumerRegisters + kLayerProducerRegisters <= 3 * kLaunchRegisters,
+              "setmaxnreg.inc would wait for registers the CTA does not own");
+// A pair's consumers (LayerPair::kScoresOnce): consumer 0 holds S, P and O and writes P out (at 216
+// ptxas spilled it 32 B); consumer 1 only O and its PV.
+inline constexpr uint32_t kPairScorerRegisters = 232;
+inline constexpr uint32_t kPairValueRegisters = 200;
+static_assert(kPairScorerRegisters + kPairValueRegisters + kLayerProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg.inc would wait for registers the CTA does not own");
 
 // A position in a ring of kStages buffers and the parity of its current use, as CUTLASS's

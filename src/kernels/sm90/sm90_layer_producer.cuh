@@ -53,7 +53,7 @@ inline constexpr int kStagingChunks = kHeadDim / 16;  // 16-byte pieces of a sta
 __device__ __forceinline__ uint8_t* staged_piece(uint8_t (*rows)[kHeadDim], int key, int chunk) {
   return &rows[key][(chunk ^ (key & 7)) * 16];
 }
-static_assert(kSubtileKeys / 2 % 8 == 0, "a pair's second share starts on a multiple of 8 keys");
+static_assert(LayerPair<2>::kGatherKeys % 8 == 0, "a pair's second CTA's keys start on a multiple of 8");
 
 // The subtile the gather warps are on: keys [first_key, first_key + count) of the record in its
 // meta buffer.
@@ -199,16 +199,17 @@ __device__ __forceinline__ void issue_rope_copy(const Subtile& u, LayerSmemPlan&
 // their inverse scale for the consumers' scores (fp8_convert.cuh); a kModel1 group is multiplied by
 // its power of two, exactly in bf16 (its 7 scale bytes are staged piece 28). A pair's CTA converts
 // its keys and writes each chunk into its own stage and the same place of the peer's.
-template <class Pair, bool kModel1>
+// kRows staged rows from `rows` on are keys first_key .. first_key + kRows - 1 of the stage.
+template <class Pair, bool kModel1, int kRows = Pair::kGatherKeys>
 __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, uint8_t (*rows)[kHeadDim], int stage, int tid,
                                                    int first_key, int peer) {
   constexpr int kThreads = Pair::kStageWriters;
   constexpr int kGroups = (kModel1 ? kModel1E4m3Dims : kHeadDim) / 32;
   // One unit at a time: two in flight spill the producer at 72 registers (ptxas, CUDA 13.0).
 #pragma unroll 1
-  for (int unit = tid; unit < Pair::kGatherKeys * kGroups; unit += kThreads) {
-    const int key = unit % Pair::kGatherKeys;
-    const int group = unit / Pair::kGatherKeys;
+  for (int unit = tid; unit < kRows * kGroups; unit += kThreads) {
+    const int key = unit % kRows;
+    const int group = unit / kRows;
     const uint4 lo = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group));
     const uint4 hi = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group + 1));
     const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -319,7 +320,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     const int tid = ptx::thread_index_x_unhoisted();  // 0..95; held across the loop, the addresses
                                                       // derived from it spilled the producer
     const Subtile u = subtile_at(p, smem, sync, at);
-    issue_subtile_gather<Pair>(u, smem.staging + first_key, tid, first_key);
+    issue_subtile_gather<Pair>(u, smem.staging, tid, first_key);
     const bool record_done = at.first_key + kSubtileKeys >= at.num_valid;
     if (record_done) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
@@ -334,10 +335,10 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     }
     ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging holds the whole subtile
     if (model1) {
-      dequantize_subtile<Pair, true>(smem, smem.staging + first_key, kv.index, tid, first_key, rank ^ 1);
+      dequantize_subtile<Pair, true>(smem, smem.staging, kv.index, tid, first_key, rank ^ 1);
       ptx::cp_async_wait<0>();  // the RoPE values
     } else {
-      dequantize_subtile<Pair, false>(smem, smem.staging + first_key, kv.index, tid, first_key, rank ^ 1);
+      dequantize_subtile<Pair, false>(smem, smem.staging, kv.index, tid, first_key, rank ^ 1);
     }
     if constexpr (Pair::kCtas == 2) {
       ptx::fence_proxy_async_cluster();  // this thread's stores to both stages, before the wgmmas
@@ -354,8 +355,8 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
 // ---- v5: a pair's gather warps as an issuer and two dequantizing warps (LayerPair) ----
 
 
-// The issuer's copies of one share: rows first_key .. first_key + 31 of the subtile into the
-// staging share `rows`, zero-filled past count. Four lanes a row, 64 bytes apart, so that one
+// The issuer's copies of one share: rows first_key .. first_key + kShareRows - 1 of the subtile
+// into the staging share `rows`, zero-filled past count. Four lanes a row, 64 bytes apart, so that one
 // instruction reads 8 rows x 64 contiguous bytes and each lane computes 4 row addresses a share
 // rather than one per 16-byte piece (the per-piece arithmetic cost v2's gather warps a quarter of
 // their time); a kModel1 row's scale row comes with it (lane = key).
@@ -364,11 +365,11 @@ __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kH
   constexpr int kChunks = kModel1 ? kModel1E4m3Chunks : kStagingChunks;  // 28 or 32, 16 B each
   constexpr int kLanesPerRow = 4;
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
-  static_assert(kChunks % kLanesPerRow == 0 && LayerPair<2>::kGatherKeys % kRowsPerPass == 0, "whole rows a pass");
+  static_assert(kChunks % kLanesPerRow == 0 && kShareRows % kRowsPerPass == 0, "whole rows a pass");
   const uint8_t* kv_cache = u.src->kv_cache;
   const int quad = lane % kLanesPerRow;
 #pragma unroll
-  for (int pass = 0; pass < LayerPair<2>::kGatherKeys / kRowsPerPass; ++pass) {
+  for (int pass = 0; pass < kShareRows / kRowsPerPass; ++pass) {
     const int key = lane / kLanesPerRow + pass * kRowsPerPass;  // key % 8 == lane / 4
     const bool valid = first_key + key < u.count;
     const uint8_t* row = valid ? row_address(kv_cache, u.row_offset[first_key + key]) : kv_cache;
@@ -380,16 +381,18 @@ __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kH
     }
   }
   if constexpr (kModel1) {
-    const bool valid = first_key + lane < u.count;
-    const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[first_key + lane]) : kv_cache;
-    ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(rows, lane, kModel1E4m3Chunks)), src,
-                                           valid ? kModel1ScaleRowBytes : 0u);
+    if (lane < kShareRows) {
+      const bool valid = first_key + lane < u.count;
+      const uint8_t* src = valid ? model1_scale_row(*u.src, u.row_offset[first_key + lane]) : kv_cache;
+      ptx::cp_async_ca<kModel1ScaleRowBytes>(ptx::smem_addr(staged_piece(rows, lane, kModel1E4m3Chunks)), src,
+                                             valid ? kModel1ScaleRowBytes : 0u);
+    }
   }
 }
 
-// Warp 0 of a pair: walks the same subtiles as everyone, a share (this CTA's 32 keys) each, into
-// the staging ring as soon as the share's buffer is free; each lane's arrive on staged_full
-// completes once its copies landed. It may wait for the next record (the compaction publishes it
+// Warp 0 of a pair: walks the same subtiles as everyone, this CTA's 32 keys of each as two shares
+// of 16 into the staging ring, each as soon as its buffer is free; each lane's arrive on
+// staged_full completes once its copies landed. It may wait for the next record (the compaction publishes it
 // after loading the next item's q, which waits for this item's last S): only the dequantizing
 // warps must never wait there before publishing the stage that S needs, and they do not.
 __device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
@@ -402,15 +405,18 @@ __device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, Laye
   if (!start_gather(p, sync, at)) return;
   for (;;) {
     const Subtile u = subtile_at(p, smem, sync, at);
-    ptx::mbarrier_wait(&sync.staged_empty[share.index], share.phase ^ 1u);  // the share two back is read
-    uint8_t(*rows)[kHeadDim] = smem.staging + share.index * Pair::kGatherKeys;
-    if (u.src->is_model1) {
-      issue_share<true>(u, rows, lane, first_key);
-    } else {
-      issue_share<false>(u, rows, lane, first_key);
+#pragma unroll 1
+    for (int part = 0; part < kSharesPerSubtile; ++part) {
+      ptx::mbarrier_wait(&sync.staged_empty[share.index], share.phase ^ 1u);  // the share two back is read
+      uint8_t(*rows)[kHeadDim] = smem.staging + share.index * kShareRows;
+      if (u.src->is_model1) {
+        issue_share<true>(u, rows, lane, first_key + part * kShareRows);
+      } else {
+        issue_share<false>(u, rows, lane, first_key + part * kShareRows);
+      }
+      ptx::cp_async_mbarrier_arrive(&sync.staged_full[share.index]);
+      share.advance();
     }
-    ptx::cp_async_mbarrier_arrive(&sync.staged_full[share.index]);
-    share.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
@@ -418,10 +424,10 @@ __device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, Laye
   }
 }
 
-// Warps 1-2 of a pair: per subtile, the stage is free, the share has landed, its keys go into
-// both CTAs' stages (kModel1: the RoPE values of all 64 keys into this CTA's stage by cp.async,
-// as the lone CTA does), the share goes back to the issuer, the stage is published to both
-// CTAs' consumers.
+// Warps 1-2 of a pair: per subtile, the stage is free, then for each of its two shares: the share
+// has landed, its keys go into both CTAs' stages, the share goes back to the issuer (kModel1: the
+// RoPE values of all 64 keys into this CTA's stage by cp.async, as the lone CTA does); the stage
+// is published to both CTAs' consumers.
 __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                        int rank) {
   using Pair = LayerPair<2>;
@@ -436,15 +442,19 @@ __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, La
     const bool model1 = u.src->is_model1 != 0;
     wait_pair_phase<Pair>(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
     if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
-    ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
-    uint8_t(*rows)[kHeadDim] = smem.staging + share.index * Pair::kGatherKeys;
-    if (model1) {
-      dequantize_subtile<Pair, true>(smem, rows, kv.index, tid, first_key, rank ^ 1);
-    } else {
-      dequantize_subtile<Pair, false>(smem, rows, kv.index, tid, first_key, rank ^ 1);
+#pragma unroll 1
+    for (int part = 0; part < kSharesPerSubtile; ++part) {
+      ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
+      uint8_t(*rows)[kHeadDim] = smem.staging + share.index * kShareRows;
+      const int share_key = first_key + part * kShareRows;
+      if (model1) {
+        dequantize_subtile<Pair, true, kShareRows>(smem, rows, kv.index, tid, share_key, rank ^ 1);
+      } else {
+        dequantize_subtile<Pair, false, kShareRows>(smem, rows, kv.index, tid, share_key, rank ^ 1);
+      }
+      ptx::mbarrier_arrive(&sync.staged_empty[share.index]);
+      share.advance();
     }
-    ptx::mbarrier_arrive(&sync.staged_empty[share.index]);
-    share.advance();
     if (model1) ptx::cp_async_wait<0>();  // the RoPE values
     ptx::fence_proxy_async_cluster();      // this thread's stores to both stages, before the wgmmas
     arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
