@@ -138,13 +138,6 @@ __device__ __forceinline__ void st_shared_u32(uint32_t address, uint32_t value) 
   asm volatile("st.shared.b32 [%0+%1], %2;\n" ::"r"(address), "n"(kOffset), "r"(value) : "memory");
 }
 
-// Arrives on named barrier `id` (counted among kThreads) without waiting: the producer half of a
-// bar.sync elsewhere. "Parallel Synchronization and Communication Instructions: bar, barrier".
-template <int kThreads>
-__device__ __forceinline__ void named_barrier_arrive(uint32_t id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
-}
-
 // 2^x in one MUFU.EX2, no range fix-up; results below 2^-126 flush to 0. Not volatile: a pure
 // function the compiler may move or merge. "Floating Point Instructions: ex2".
 __device__ __forceinline__ float exp2_approx(float x) {

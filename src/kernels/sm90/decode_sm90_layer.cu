@@ -33,7 +33,7 @@ cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_
   const int items = params.num_tokens * slabs;
   const int most = slabs == 2 ? persistent_ctas & ~1 : persistent_ctas;
   const int ctas = items < most ? items : most;
-  if (slabs == 1) return launch_layer_kernel<1, false>(params, q_map, ctas, dependent_launch, stream);
+  if (slabs == 1) return launch_layer_kernel<1, true>(params, q_map, ctas, dependent_launch, stream);
   // sm90_layer_plan.h, LayerPair: a pair over sources of two row formats keeps v4's gather warps.
   const bool mixed_formats = params.extra.kv_cache != nullptr && params.extra.is_model1 != params.window.is_model1;
   return mixed_formats ? launch_layer_kernel<2, false>(params, q_map, ctas, dependent_launch, stream)

@@ -10,15 +10,14 @@
 //    the extra source 128 index columns at a time, each chunk a tile of at most 128 entries
 //    (TileRecord), and loads the item's q by TMA (64 KiB, resident for all its tiles); warps 0-2
 //    gather each tile's rows 64 keys (a subtile) at a time into staging and dequantize them into
-//    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1). In a
-//    pair each CTA gathers 32 of a subtile's keys and writes them into both CTAs' stages, warp 0
-//    issuing the copies into a two-share staging ring and warps 1-2 dequantizing (LayerPair);
+//    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1): warp 0
+//    issues the copies into a two-share staging ring, warps 1-2 dequantize (LayerPair). In a pair
+//    each CTA gathers 32 of a subtile's keys and writes them into both CTAs' stages;
 //  * two consumers (WG 1, 2) hold the same 64 heads and own one 256-dim half of O each, whose
-//    accumulators live across the tiles of an online softmax (log2 domain). In a lone CTA both
-//    compute each subtile's S = Q K^T (the duplicate costs the tensor pipe); in a pair consumer 0
-//    computes it once and hands P, the rescale factors and at the end the out factors to consumer
-//    1 through shared memory (PairExchange, named barriers kPReadyBarrier ..). After the item's
-//    last tile, the sink, lse (consumer 0) and out.
+//    accumulators live across the tiles of an online softmax (log2 domain). Consumer 0 computes
+//    each subtile's S = Q K^T and hands P, the rescale factors and at the end the out factors to
+//    consumer 1 through shared memory (ConsumerExchange). After the item's last tile, the sink,
+//    lse (consumer 0) and out.
 //
 // Barriers and phases (counts in sm90_layer_plan.h, LayerSmemSync; phases are PipeStates):
 //  * meta_full / meta_empty [2]: the records and compacted entries, one buffer per record,
@@ -62,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::prefetch_tensor_map(&q_map);
     for (int c = 0; c < kQChunks; ++c) {
       ptx::mbarrier_init(&sync.q_full[c], 1);
-      ptx::mbarrier_init(&sync.q_empty[c], Pair::kQReaders);
+      ptx::mbarrier_init(&sync.q_empty[c], kWarpgroupThreads);  // consumer 0 alone reads q
     }
     for (int stage = 0; stage < kKvStages; ++stage) {
       ptx::mbarrier_init(&sync.kv_full[stage], Pair::kKvFullArrivals);
@@ -76,6 +75,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(&sync.staged_full[b], Pair::kIssuerThreads);
       ptx::mbarrier_init(&sync.staged_empty[b], Pair::kStageWriters);
     }
+    ConsumerExchange& exchange = consumer_exchange(smem);
+    ptx::mbarrier_init(&exchange.p_full, kWarpgroupThreads);
+    ptx::mbarrier_init(&exchange.p_empty, kWarpgroupThreads);
+    ptx::mbarrier_init(&exchange.final_full, kWarpgroupThreads);
+    ptx::mbarrier_init(&exchange.final_empty, kWarpgroupThreads);
     ptx::fence_barrier_init();
   }
   // A pair's CTAs arrive on each other's barriers: both must have initialized theirs.
@@ -94,9 +98,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < kGatherThreads) {
       if constexpr (Pair::kSplitGather) {
         if (threadIdx.x < Pair::kIssuerThreads) {
-          run_pair_issuer_warp(p, smem, sync, rank);
+          run_issuer_warp<Pair>(p, smem, sync, rank);
         } else {
-          run_pair_dequant_warps(p, smem, sync, rank);
+          run_dequant_warps<Pair>(p, smem, sync, rank);
         }
       } else {
         run_layer_gather_warps<Pair>(p, smem, sync, rank);
@@ -104,17 +108,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       run_layer_compaction_warp<Pair>(p, q_map, smem, sync, rank);
     }
-  } else if constexpr (Pair::kScoresOnce) {  // consumer 0 computes S, consumer 1 only its PV half
-    if (wg == 1) {
-      ptx::setmaxnreg_inc<kPairScorerRegisters>();
-      run_scoring_consumer<Pair>(p, smem, sync, 0, rank);
-    } else {
-      ptx::setmaxnreg_inc<kPairValueRegisters>();
-      run_value_consumer<Pair>(p, smem, sync, rank);
-    }
+  } else if (wg == 1) {  // consumer 0 computes S, consumer 1 only its PV half
+    ptx::setmaxnreg_inc<kScorerRegisters>();
+    run_scoring_consumer<Pair>(p, smem, sync, rank);
   } else {
-    ptx::setmaxnreg_inc<kLayerConsumerRegisters>();
-    run_scoring_consumer<Pair>(p, smem, sync, wg - 1, rank);
+    ptx::setmaxnreg_inc<kValueRegisters>();
+    run_value_consumer<Pair>(p, smem, sync, rank);
   }
   // Neither CTA of a pair leaves while the other may still store into its stages or arrive on its
   // barriers (the last subtile's kv_empty arrivals are never waited for).

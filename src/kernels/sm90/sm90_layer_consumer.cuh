@@ -1,7 +1,7 @@
 // Consumer warpgroups of the Hopper layer kernel: per tile S = Q K^T against the item's resident q,
 // an online softmax across the item's tiles, O += P V on this warpgroup's 256-dim half; after the
-// item's last tile the sink, lse and 16-byte output stores. A lone CTA's two consumers both compute
-// S; a pair's consumer 0 computes it once and hands P over (PairExchange, sm90_layer_plan.h).
+// item's last tile the sink, lse and 16-byte output stores. Consumer 0 computes S once and hands P
+// to consumer 1 (ConsumerExchange, sm90_layer_plan.h).
 #pragma once
 
 #include <cstdint>
@@ -44,21 +44,21 @@ __device__ __forceinline__ void subtile_softmax(float (&s)[kSubtileKeys / 2], co
   scores_to_p(s, inv_scale, num_valid, frag_quad, base, row_sum, p_frag);
 }
 
-// A pair's PairExchange: staging's rows from kPairStagedRows on, which a pair never stages into.
-__device__ __forceinline__ PairExchange& pair_exchange(LayerSmemPlan& smem) {
-  return *reinterpret_cast<PairExchange*>(&smem.staging[kPairStagedRows][0]);
+// ConsumerExchange: staging's rows from kExchangeFirstRow on, which no gather stages into.
+__device__ __forceinline__ ConsumerExchange& consumer_exchange(LayerSmemPlan& smem) {
+  return *reinterpret_cast<ConsumerExchange*>(&smem.staging[kExchangeFirstRow][0]);
 }
 
-// Consumer 0 of a pair hands a subtile's P and rescale factors to consumer 1: once consumer 1's PV
-// has read the previous ones (kPFreeBarrier), each lane writes its P fragment words where a
-// K-major, 128-byte-swizzled A operand has them (head row h at 128 h, the 16-byte chunk of keys
-// 8 c .. 8 c + 7 at chunk c ^ (h % 8)) and the quad's first lane its two rows' factors, then
-// fences them for the async proxy (consumer 1's wgmma) and arrives on kPReadyBarrier.
+// Consumer 0 hands a subtile's P and rescale factors to consumer 1: once consumer 1's PV has read
+// the previous ones (p_empty), each lane writes its P fragment words where a K-major,
+// 128-byte-swizzled A operand has them (head row h at 128 h, the 16-byte chunk of keys 8 c ..
+// 8 c + 7 at chunk c ^ (h % 8)) and the quad's first lane its two rows' factors, then fences them
+// for the async proxy (consumer 1's wgmma) and arrives on p_full.
 // The addresses come from threadIdx.x read anew here: with the 16 word addresses derived once and
 // held across the tile loop, ptxas spilled the consumers 88 B at 216 registers (CUDA 13.0).
-__device__ __forceinline__ void hand_over_p(PairExchange& exchange, const uint32_t (&p_frag)[kSubtileKeys / 16][4],
-                                            const float (&rescale)[2]) {
-  ptx::named_barrier_sync<kConsumerThreads>(kPFreeBarrier);
+__device__ __forceinline__ void hand_over_p(ConsumerExchange& exchange, PipeState<1>& use,
+                                            const uint32_t (&p_frag)[kSubtileKeys / 16][4], const float (&rescale)[2]) {
+  ptx::mbarrier_wait(&exchange.p_empty, use.phase ^ 1u);
   const int wtid = ptx::thread_index_x_unhoisted() % kWarpgroupThreads;
   const int frag_row = (wtid % 32) / 4;
   const int row_lo = (wtid / 32) * 16 + frag_row;  // row hi is 8 rows (1 KiB) further
@@ -82,7 +82,8 @@ __device__ __forceinline__ void hand_over_p(PairExchange& exchange, const uint32
     exchange.rescale[row_lo + 8] = rescale[1];
   }
   ptx::fence_proxy_async_shared();
-  ptx::named_barrier_arrive<kConsumerThreads>(kPReadyBarrier);
+  ptx::mbarrier_arrive(&exchange.p_full);
+  use.advance();
 }
 
 // O *= rescale per row, o[4 n + 2 r + e] being row r's; a warp whose rows all kept their max skips
@@ -94,28 +95,29 @@ __device__ __forceinline__ void rescale_accumulators(float (&o)[128], const floa
   }
 }
 
-// Both consumer warpgroups hold the item's 64 heads and own one 256-dim half of O each (wg 0:
-// dims 0-255), whose 128 fp32 accumulators live across the item's tiles. This one computes each
-// subtile's S: in a lone CTA both consumers do (the duplicate costs the tensor pipe), in a pair
-// only consumer 0, which hands P to consumer 1 (run_value_consumer). Consumer 0 writes lse. In a
-// pair (LayerPair), half of every stage comes from the peer CTA's gather warps, and the peer's
+// The two consumer warpgroups hold the item's 64 heads and own one 256-dim half of O each, whose
+// 128 fp32 accumulators live across the item's tiles. Consumer 0 (this one, dims 0-255) computes
+// each subtile's S and the softmax, hands P to consumer 1 (run_value_consumer), and writes lse. In
+// a pair (LayerPair), half of every stage comes from the peer CTA's gather warps, and the peer's
 // gather warps wait for these consumers too.
 template <class Pair>
 __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
-                                                     int wg, int rank) {
-  constexpr bool kHandsOverP = Pair::kScoresOnce;
+                                                     int rank) {
+  constexpr int kHalf = 0;
   const int wtid = threadIdx.x % kWarpgroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
   const int frag_row = lane / 4;
   const int frag_quad = lane % 4;
-  const int half = wg;
   const int slabs = layer_slabs(p.num_heads);
   const int num_items = layer_items(p);
   const float logit_scale = p.scale * kLog2e;
+  ConsumerExchange& exchange = consumer_exchange(smem);
   PipeState<2> meta;
   PipeState<kKvStages> kv;
   PipeState<1> q;
+  PipeState<1> p_use;
+  PipeState<1> final_use;
   float o[128];
   for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
     const int token = item / slabs;
@@ -177,7 +179,7 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
         subtile_softmax(s, inv_scale + sub * kSubtileKeys, record.num_valid - sub * kSubtileKeys, logit_scale,
                         frag_quad, row_max, row_sum, p_frag, rescale);
         if (final_sub) ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // its scales are read
-        if constexpr (kHandsOverP) hand_over_p(pair_exchange(smem), p_frag, rescale);
+        hand_over_p(exchange, p_use, p_frag, rescale);
 
         if (o_started) rescale_accumulators(o, rescale);
         fence_accumulators(o);
@@ -187,7 +189,7 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
           for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
         cute::warpgroup_arrive();
         gmma_pv_keys<kSubtileKeys / 16, kSubtileKeys * kRowBytes>(
-            o, p_frag, ptx::smem_addr(smem.kv[kv.index][half * kBlocksPerHalf][0]), o_started);
+            o, p_frag, ptx::smem_addr(smem.kv[kv.index][kHalf * kBlocksPerHalf][0]), o_started);
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<0>();
         fence_accumulators(o);
@@ -215,34 +217,32 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
     FinalizedRow fin[2];
     fin[0] = finalize_row(row_max[0], quad_sum(row_sum[0]), sink_lo);
     fin[1] = finalize_row(row_max[1], quad_sum(row_sum[1]), sink_hi);
-    if (wg == 0 && p.lse != nullptr && frag_quad == 0) {
+    if (p.lse != nullptr && frag_quad == 0) {
       if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
       if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;
     }
-    if constexpr (kHandsOverP) {  // consumer 1 has read the previous item's
-      ptx::named_barrier_sync<kConsumerThreads>(kFinalFreeBarrier);
-      if (frag_quad == 0) {
-        PairExchange& exchange = pair_exchange(smem);
-        exchange.out_factor[warp * 16 + frag_row] = fin[0].out_factor;
-        exchange.out_factor[warp * 16 + frag_row + 8] = fin[1].out_factor;
-      }
-      ptx::named_barrier_arrive<kConsumerThreads>(kFinalReadyBarrier);
+    ptx::mbarrier_wait(&exchange.final_empty, final_use.phase ^ 1u);  // consumer 1 read the previous item's
+    if (frag_quad == 0) {
+      exchange.out_factor[warp * 16 + frag_row] = fin[0].out_factor;
+      exchange.out_factor[warp * 16 + frag_row + 8] = fin[1].out_factor;
     }
+    ptx::mbarrier_arrive(&exchange.final_full);
+    final_use.advance();
     if (!o_started) {  // o still holds whatever it held: out must be exactly 0, never 0 * NaN
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      store_out_row_half(p, o, r, fin[r].out_factor, token, r == 0 ? head_lo : head_hi, half, frag_quad);
+      store_out_row_half(p, o, r, fin[r].out_factor, token, r == 0 ? head_lo : head_hi, kHalf, frag_quad);
     }
   }
 }
 
-// Consumer 1 of a pair: walks the same records and subtiles as consumer 0, and per subtile waits
-// for its P (kPReadyBarrier), rescales its half of O by the factors that came with it and
-// multiplies P V on dims 256-511 with P read from shared memory; after an item, stores its half
-// with the out factors consumer 0 handed over. It reads neither q nor the inverse scales.
+// Consumer 1: walks the same records and subtiles as consumer 0, and per subtile waits for its P
+// (p_full), rescales its half of O by the factors that came with it and multiplies P V on dims
+// 256-511 with P read from shared memory; after an item, stores its half with the out factors
+// consumer 0 handed over. It reads neither q nor the inverse scales.
 template <class Pair>
 __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                    int rank) {
@@ -254,13 +254,12 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
   const int row_lo = warp * 16 + frag_row;  // of the slab's 64 heads
   const int slabs = layer_slabs(p.num_heads);
   const int num_items = layer_items(p);
-  PairExchange& exchange = pair_exchange(smem);
+  ConsumerExchange& exchange = consumer_exchange(smem);
   PipeState<2> meta;
   PipeState<kKvStages> kv;
+  PipeState<1> p_use;
+  PipeState<1> final_use;
   float o[128];
-  // Consumer 0 finds the exchange free for its first P and its first item's factors.
-  ptx::named_barrier_arrive<kConsumerThreads>(kPFreeBarrier);
-  ptx::named_barrier_arrive<kConsumerThreads>(kFinalFreeBarrier);
   for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
     const int token = item / slabs;
     const int head_lo = (item - token * slabs) * kSlabHeads + row_lo;
@@ -274,7 +273,7 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
       const int subtiles = (record.num_valid + kSubtileKeys - 1) / kSubtileKeys;
       for (int sub = 0; sub < subtiles; ++sub) {
         wait_pair_phase<Pair>(&sync.kv_full[kv.index], kv.phase);
-        ptx::named_barrier_sync<kConsumerThreads>(kPReadyBarrier);
+        ptx::mbarrier_wait(&exchange.p_full, p_use.phase);
         const float rescale[2] = {exchange.rescale[row_lo], exchange.rescale[row_lo + 8]};
         if (o_started) rescale_accumulators(o, rescale);
         fence_accumulators(o);
@@ -284,16 +283,18 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<0>();
         fence_accumulators(o);
-        ptx::named_barrier_arrive<kConsumerThreads>(kPFreeBarrier);
+        ptx::mbarrier_arrive(&exchange.p_empty);
+        p_use.advance();
         arrive_pair<Pair>(&sync.kv_empty[kv.index], rank);
         kv.advance();
         o_started = true;
       }
       meta.advance();
     }
-    ptx::named_barrier_sync<kConsumerThreads>(kFinalReadyBarrier);
+    ptx::mbarrier_wait(&exchange.final_full, final_use.phase);
     const float out_factor[2] = {exchange.out_factor[row_lo], exchange.out_factor[row_lo + 8]};
-    ptx::named_barrier_arrive<kConsumerThreads>(kFinalFreeBarrier);
+    ptx::mbarrier_arrive(&exchange.final_empty);
+    final_use.advance();
     if (!o_started) {  // o still holds whatever it held: out must be exactly 0, never 0 * NaN
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.0f;

@@ -32,45 +32,42 @@ inline constexpr int kKvStages = 2;
 // 1-4% faster, not the 1.4x predicted (perf-notes, v4). kCtas is 1 for H <= 64, where nothing is
 // shared.
 //
-// v5: in a pair the gather warps split into an issuer (warp 0: cp.async of each subtile's share,
-// 32 rows, into a ring of two staging shares, completing on staged_full by
-// cp.async.mbarrier.arrive) and two dequantizing warps (1, 2: staging -> both CTAs' stages), so
-// that the next share's rows are on their way while this one is dequantized, and the warp that
-// waits for the next record is not the one that dequantizes (v4b deadlocked on that). A lone CTA
-// keeps v4's three gather warps, one subtile staged at a time; so does a pair whose two sources
-// have different row formats (kSplitGatherWarps false, launched by decode_sm90_layer.cu): there a
-// stage's RoPE block is written by this CTA's cp.async for a kModel1 subtile and by the peer's
-// stores for a seed one, and racecheck reports those writes as unordered in v5 (4 hazards, in
-// GpuSm90Layer.Model1RowsInEitherSource, with the barriers ordering them as v4's do; perf-notes,
-// v5), not in v4.
-template <int kCtasPerToken, bool kSplitGatherWarps = kCtasPerToken == 2>
+// v5: in a pair the gather warps split into an issuer (warp 0: cp.async of each subtile's rows
+// into a ring of two staging shares, completing on staged_full by cp.async.mbarrier.arrive) and two
+// dequantizing warps (1, 2: staging -> the stages), so that the next share's rows are on their way
+// while this one is dequantized, and the warp that waits for the next record is not the one that
+// dequantizes (v4b deadlocked on that). v8: shares of 16 rows (a pair CTA's 32 keys of a subtile
+// in two, a lone CTA's 64 in four), so that staging's rows 32-63 are free for ConsumerExchange,
+// and the lone CTA (H <= 64) splits its gather warps too. A pair whose two sources have different
+// row formats keeps v4's three gather warps, 32 rows staged at a time (kSplitGatherWarps false,
+// launched by decode_sm90_layer.cu): there a stage's RoPE block is written by this CTA's cp.async
+// for a kModel1 subtile and by the peer's stores for a seed one, and racecheck reports those
+// writes as unordered in v5 (4 hazards, in GpuSm90Layer.Model1RowsInEitherSource, with the
+// barriers ordering them as v4's do; perf-notes, v5), not in v4.
+inline constexpr int kShareRows = 16;
+inline constexpr int kStagingShares = 2;
+static_assert(kShareRows % 8 == 0, "a share starts on a multiple of 8 keys (the staging swizzle)");
+// Staging's rows from here on hold ConsumerExchange (below): no gather stages into them.
+inline constexpr int kExchangeFirstRow = kStagingShares * kShareRows;  // 32
+
+template <int kCtasPerToken, bool kSplitGatherWarps = true>
 struct LayerPair {
   static_assert(kCtasPerToken == 1 || kCtasPerToken == 2, "one slab or a pair");
-  static_assert(kCtasPerToken == 2 || !kSplitGatherWarps, "only a pair splits its gather warps");
   static constexpr int kCtas = kCtasPerToken;
   static constexpr int kGatherKeys = kSubtileKeys / kCtas;  // keys of each subtile this CTA gathers
   static constexpr bool kSplitGather = kSplitGatherWarps;   // an issuer warp and dequantizing warps
   static constexpr int kIssuerThreads = 32;
-  // The threads that write K/V stages: the dequantizing warps in a pair, all gather warps alone.
+  static constexpr int kSharesPerSubtile = kGatherKeys / kShareRows;  // split gather: 2 in a pair, 4 alone
+  // The threads that write K/V stages: the dequantizing warps, or all three gather warps.
   static constexpr int kStageWriters = kSplitGather ? kGatherThreads - kIssuerThreads : kGatherThreads;
   // A stage is full once both CTAs' writers wrote their keys, and free once both CTAs' consumers
   // are done with it (each CTA's writers fill both CTAs' stages).
   static constexpr uint32_t kKvFullArrivals = kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
-  // A pair computes S once (PairExchange): only consumer 0 reads q.
-  static constexpr bool kScoresOnce = kCtas == 2;
-  static constexpr uint32_t kQReaders = kScoresOnce ? kWarpgroupThreads : kConsumerThreads;
+  static_assert(kGatherKeys % kShareRows == 0, "whole shares a subtile");
+  static_assert((kSplitGather ? kExchangeFirstRow : kGatherKeys) <= kExchangeFirstRow,
+                "v4's gather warps stage the CTA's keys below ConsumerExchange: a pair only");
 };
-// A pair stages its CTA's 32 keys of a subtile in the first 32 rows of LayerSmemPlan::staging
-// (the split gather as a ring of two shares of 16 rows, each share's rows landing while the other
-// is dequantized); the last 32 rows (16 KiB) hold the consumers' PairExchange. v5's shares were
-// 32 rows each and took all 64 rows (perf-notes, layer kernel v8).
-inline constexpr int kPairStagedRows = LayerPair<2>::kGatherKeys;  // 32
-inline constexpr int kShareRows = 16;
-inline constexpr int kStagingShares = 2;
-inline constexpr int kSharesPerSubtile = kPairStagedRows / kShareRows;  // a pair CTA's 32 keys: 2 shares
-static_assert(kStagingShares * kShareRows == kPairStagedRows, "the shares fill the pair's staged rows");
-static_assert(kShareRows % 8 == 0, "a share starts on a multiple of 8 keys (the staging swizzle)");
 
 // The layer kernel's K/V ring and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
 // consumers' 4-stage q rings (2 x 4 x 8 KiB) turned into the item's whole q (8 x 8 KiB).
@@ -89,27 +86,28 @@ struct LayerSmemPlan {
   float inv_scale[2][kKeys];
 };
 
-// In a pair, S is computed once (FlashMLA's split of the two math warpgroups): consumer 0 computes
-// S, the softmax and its PV half with P in registers, and hands P (bf16, in the layout of a q
-// chunk: 64 heads x 64 keys, 128-byte swizzle, wgmma's K-major A) and each head's rescale factor
-// to consumer 1 through shared memory, which multiplies its half from there; after an item,
-// consumer 0 hands over each head's out factor. A lone CTA (H <= 64) has no room for it (its
-// staging takes all 64 rows), and both its consumers compute S.
-struct PairExchange {
+// S is computed once (FlashMLA's split of the two math warpgroups): consumer 0 computes S, the
+// softmax and its PV half with P in registers, and hands P (bf16, in the layout of a q chunk: 64
+// heads x 64 keys, 128-byte swizzle, wgmma's K-major A), each head's rescale factor and, after
+// an item, each head's out factor to consumer 1 through these 8.5 KiB in staging's rows 32-63;
+// consumer 1 multiplies its PV half from there. Until v8 both consumers computed S.
+// Barriers (arrival counts kWarpgroupThreads each; PipeState<1> phases in both consumers):
+//   p_full      consumer 0, after writing P and the rescale factors (and a proxy fence)
+//   p_empty     consumer 1, after the PV that read them
+//   final_full  consumer 0, after writing an item's out factors
+//   final_empty consumer 1, after reading them
+struct ConsumerExchange {
   alignas(1024) uint8_t p[kSlabHeads][kRowBytes];
   float rescale[kSlabHeads];     // O *= rescale before this subtile's PV
   float out_factor[kSlabHeads];  // the item's finalize_row out_factor
+  uint64_t p_full;
+  uint64_t p_empty;
+  uint64_t final_full;
+  uint64_t final_empty;
 };
-static_assert(sizeof(PairExchange) <= (kSubtileKeys - kPairStagedRows) * kHeadDim, "the exchange fits staging's rows 32-63");
-static_assert(kPairStagedRows * kHeadDim % 1024 == 0, "P starts on a swizzle atom");
-
-// Named barriers of the pair's consumers (ids after kProducerBarrier), each counting both
-// consumers' threads: consumer 0 waits on *_free before writing, consumer 1 on *_ready before
-// reading; consumer 1 arrives on both *_free barriers once at the start.
-inline constexpr uint32_t kPReadyBarrier = kProducerBarrier + 1;  // P and rescale of a subtile written
-inline constexpr uint32_t kPFreeBarrier = kProducerBarrier + 2;   // consumer 1's PV has read them
-inline constexpr uint32_t kFinalReadyBarrier = kProducerBarrier + 3;  // an item's out factors written
-inline constexpr uint32_t kFinalFreeBarrier = kProducerBarrier + 4;   // consumer 1 has read them
+static_assert(sizeof(ConsumerExchange) <= (kSubtileKeys - kExchangeFirstRow) * kHeadDim,
+              "the exchange fits staging's rows 32-63");
+static_assert(kExchangeFirstRow * kHeadDim % 1024 == 0, "P starts on a swizzle atom");
 
 // What the compaction warp says of each tile it publishes (a "record"). A record never mixes
 // sources: the window gives at most one (window_size <= kKeys), the extra source one per 128 index
@@ -124,7 +122,7 @@ struct TileRecord {
 // The records and the mbarriers (240 B), outside LayerSmemPlan so that smem_layout_of can put them
 // in the alignment gap before it. Arrival counts (decode_sm90_layer.cuh initializes them):
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
-//   q_empty[c]    LayerPair::kQReaders: each after the item's last wgmma that read chunk c
+//   q_empty[c]    kWarpgroupThreads: consumer 0's, each after the item's last wgmma that read chunk c
 //   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
 //                 share of stage s
 //   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
@@ -143,7 +141,7 @@ struct LayerSmemSync {
   uint64_t kv_empty[kKvStages];
   uint64_t meta_full[2];
   uint64_t meta_empty[2];
-  // A pair's staging ring (LayerPair::kSplitGather); unused by a lone CTA.
+  // The staging ring of the split gather (LayerPair::kSplitGather).
   uint64_t staged_full[kStagingShares];   // the issuer's 32 lanes, each once its copies landed
   uint64_t staged_empty[kStagingShares];  // the 64 dequantizing threads, each after reading the share
 };
@@ -158,19 +156,15 @@ inline constexpr int kLayerSmemBytes = static_cast<int>(largest_layout_end<Layer
 static_assert(kLayerSmemBytes == kSmemBytes, "the worst case named above");
 static_assert(every_layout_fits<LayerSmemPlan, LayerSmemSync>(), "smem_layout_of must fit every 16-aligned base");
 
-// Registers after setmaxnreg, within the 3 x 168 the launch gives (sm90_plan.h): 2 x 216 + 72 =
-// 504. ptxas (CUDA 13.0) spills the v2 consumers (subtiles from a two-stage ring) 16 B at 208
-// (v1's compiled from 208 up); the producer warpgroup fits 72 with its kModel1 path only at the
-// unroll counts sm90_layer_producer.cuh uses; the window kernel's 200 / 104 spills the consumers.
+// Registers after setmaxnreg, within the 3 x 168 the launch gives (sm90_plan.h): 232 + 200 + 72 =
+// 504. Consumer 0 holds S, P and O and writes P out (ptxas, CUDA 13.0, spilled it 32 B at the
+// 216 both consumers had when both computed S, v2-v7); consumer 1 holds O for its PV alone; the
+// producer warpgroup fits 72 with its kModel1 path only at the unroll counts
+// sm90_layer_producer.cuh uses.
 inline constexpr uint32_t kLayerProducerRegisters = 72;
-inline constexpr uint32_t kLayerConsumerRegisters = 216;
-static_assert(2 * kLayerConsumerRegisters + kLayerProducerRegisters <= 3 * kLaunchRegisters,
-              "setmaxnreg.inc would wait for registers the CTA does not own");
-// A pair's consumers (LayerPair::kScoresOnce): consumer 0 holds S, P and O and writes P out (at 216
-// ptxas spilled it 32 B); consumer 1 only O and its PV.
-inline constexpr uint32_t kPairScorerRegisters = 232;
-inline constexpr uint32_t kPairValueRegisters = 200;
-static_assert(kPairScorerRegisters + kPairValueRegisters + kLayerProducerRegisters <= 3 * kLaunchRegisters,
+inline constexpr uint32_t kScorerRegisters = 232;
+inline constexpr uint32_t kValueRegisters = 200;
+static_assert(kScorerRegisters + kValueRegisters + kLayerProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg.inc would wait for registers the CTA does not own");
 
 // A position in a ring of kStages buffers and the parity of its current use, as CUTLASS's

@@ -352,7 +352,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
   }
 }
 
-// ---- v5: a pair's gather warps as an issuer and two dequantizing warps (LayerPair) ----
+// ---- v5: the gather warps as an issuer and two dequantizing warps (LayerPair) ----
 
 
 // The issuer's copies of one share: rows first_key .. first_key + kShareRows - 1 of the subtile
@@ -390,14 +390,14 @@ __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kH
   }
 }
 
-// Warp 0 of a pair: walks the same subtiles as everyone, this CTA's 32 keys of each as two shares
-// of 16 into the staging ring, each as soon as its buffer is free; each lane's arrive on
-// staged_full completes once its copies landed. It may wait for the next record (the compaction publishes it
+// Warp 0: walks the same subtiles as everyone, this CTA's keys of each (64 alone, 32 in a pair)
+// as shares of 16 into the staging ring, each as soon as its buffer is free; each lane's arrive
+// on staged_full completes once its copies landed. It may wait for the next record (the compaction publishes it
 // after loading the next item's q, which waits for this item's last S): only the dequantizing
 // warps must never wait there before publishing the stage that S needs, and they do not.
-__device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
-                                                     int rank) {
-  using Pair = LayerPair<2>;
+template <class Pair>
+__device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                int rank) {
   const int lane = threadIdx.x % 32;
   const int first_key = rank * Pair::kGatherKeys;
   GatherCursor at;
@@ -406,7 +406,7 @@ __device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, Laye
   for (;;) {
     const Subtile u = subtile_at(p, smem, sync, at);
 #pragma unroll 1
-    for (int part = 0; part < kSharesPerSubtile; ++part) {
+    for (int part = 0; part < Pair::kSharesPerSubtile; ++part) {
       ptx::mbarrier_wait(&sync.staged_empty[share.index], share.phase ^ 1u);  // the share two back is read
       uint8_t(*rows)[kHeadDim] = smem.staging + share.index * kShareRows;
       if (u.src->is_model1) {
@@ -424,13 +424,13 @@ __device__ __forceinline__ void run_pair_issuer_warp(const DecodeParams& p, Laye
   }
 }
 
-// Warps 1-2 of a pair: per subtile, the stage is free, then for each of its two shares: the share
-// has landed, its keys go into both CTAs' stages, the share goes back to the issuer (kModel1: the
-// RoPE values of all 64 keys into this CTA's stage by cp.async, as the lone CTA does); the stage
-// is published to both CTAs' consumers.
-__device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
-                                                       int rank) {
-  using Pair = LayerPair<2>;
+// Warps 1-2: per subtile, the stage is free (kModel1: the RoPE values of all 64 keys go into this
+// CTA's stage by cp.async), then for each of its shares: the share has landed, its keys go into
+// the stage (in a pair both CTAs' stages), the share goes back to the issuer; the stage is
+// published to the consumers (in a pair both CTAs').
+template <class Pair>
+__device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
+                                                  int rank) {
   const int first_key = rank * Pair::kGatherKeys;
   GatherCursor at;
   PipeState<kKvStages> kv;
@@ -443,7 +443,7 @@ __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, La
     wait_pair_phase<Pair>(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
     if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
 #pragma unroll 1
-    for (int part = 0; part < kSharesPerSubtile; ++part) {
+    for (int part = 0; part < Pair::kSharesPerSubtile; ++part) {
       ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
       uint8_t(*rows)[kHeadDim] = smem.staging + share.index * kShareRows;
       const int share_key = first_key + part * kShareRows;
@@ -456,7 +456,11 @@ __device__ __forceinline__ void run_pair_dequant_warps(const DecodeParams& p, La
       share.advance();
     }
     if (model1) ptx::cp_async_wait<0>();  // the RoPE values
-    ptx::fence_proxy_async_cluster();      // this thread's stores to both stages, before the wgmmas
+    if constexpr (Pair::kCtas == 2) {
+      ptx::fence_proxy_async_cluster();  // this thread's stores to both stages, before the wgmmas
+    } else {
+      ptx::fence_proxy_async_shared();
+    }
     arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
     kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
