@@ -27,7 +27,7 @@ __device__ __forceinline__ int items_of_this_cta(const DecodeParams& p) {
 }
 
 // The 8 TMA boxes of the item's q (64 dims x 64 heads each; heads past num_heads are zero-filled).
-// Chunk c is reloaded as soon as both consumers are done with the previous item's last S on it.
+// Chunk c is reloaded as soon as consumer 0 is done with the previous item's last S on it.
 __device__ __forceinline__ void load_item_q(const CUtensorMap& q_map, LayerSmemPlan& smem, LayerSmemSync& sync,
                                             const PipeState<1>& q_load, int token, int slab) {
 #pragma unroll 1
@@ -303,9 +303,9 @@ __device__ __forceinline__ void wait_pair_phase(uint64_t* bar, uint32_t parity) 
   }
 }
 
-// Per subtile: its gather (issued as soon as staging is free, a stage ahead of the consumers)
-// lands, the stage is free, the stage is written and published; then the next subtile's gather
-// goes out. A subtile's latency thus hides under the consumers' multiply of the previous one.
+// v4's gather warps, for a pair over sources of two row formats (LayerPair): per subtile its gather
+// (issued as soon as staging is free, a stage ahead of the consumers) lands, the stage is free,
+// the stage is written and published; then the next subtile's gather goes out. A subtile's latency thus hides under the consumers' multiply of the previous one.
 // A pair's CTAs walk the same records (the same token's entries) and stages in lockstep: each
 // waits for its kv_empty, which counts both CTAs' consumers, before writing either stage, and
 // arrives on both CTAs' kv_full.
