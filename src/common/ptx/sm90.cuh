@@ -105,6 +105,13 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
   desc |= static_cast<uint64_t>(1) << 62;  // layout type 1 = SWIZZLE_128B
   return desc;
 }
+// The descriptor of the same layout offset_bytes (a multiple of 16) further on: only the
+// start-address field (bits 0-13, in 16-byte units) moves, and a shared-memory address (below
+// 228 KiB) never carries out of it. One add instead of make_smem_desc_sw128's masks and shifts
+// per wgmma (the layer kernel's consumer 0 spent ~410 uniform instructions a subtile on them).
+__device__ __forceinline__ uint64_t advance_smem_desc(uint64_t desc, uint32_t offset_bytes) {
+  return desc + static_cast<uint64_t>(offset_bytes >> 4);
+}
 
 // ---- programmatic dependent launch ----
 // Launched with cudaLaunchAttributeProgrammaticStreamSerialization (src/common/kernel_launch.h), a kernel
@@ -196,6 +203,12 @@ __device__ __forceinline__ void fence_proxy_async_cluster() {
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// The same arrive at CTA scope (no cluster-wide fence: no MEMBAR.ALL.GPU / ERRBAR), for a signal
+// that orders only reads already complete, as a consumer's "stage free" to the CTA that writes it
+// (CUTLASS's ClusterBarrier::arrive(cta_id) in its cluster pipelines).
+__device__ __forceinline__ void mbarrier_arrive_cluster_cta_release(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 // mbarrier_wait whose acquire also covers what other CTAs of the cluster released into the phase.
 // "Parallel Synchronization and Communication Instructions: mbarrier.test_wait / mbarrier.try_wait".
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
@@ -220,6 +233,7 @@ __device__ __forceinline__ float2 load_cluster_f32x2(uint32_t) { __trap(); }
 __device__ __forceinline__ void store_cluster_u32x4(uint32_t, const uint4&) { __trap(); }
 __device__ __forceinline__ void fence_proxy_async_cluster() { __trap(); }
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t) { __trap(); }
+__device__ __forceinline__ void mbarrier_arrive_cluster_cta_release(uint32_t) { __trap(); }
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t*, uint32_t) { __trap(); }
 #endif
 

@@ -52,15 +52,22 @@ __device__ __forceinline__ void gmma_pv_shared_impl(float (&d)[128], uint64_t de
 // S (+)= one 64-dim chunk of Q x the same 64 dims of 2 * kAccumulators keys: four k-steps, both
 // operands K-major in 128-byte-swizzled shared memory (rows of 128 B, 8-row groups 1 KiB apart).
 // accumulate == false starts S afresh.
+// The K-major, 128-byte-swizzled operand descriptor both S operands use.
+__device__ __forceinline__ uint64_t k_major_desc(uint32_t base) { return ptx::make_smem_desc_sw128(base, 16, 1024); }
+
+template <int kAccumulators>
+__device__ __forceinline__ void gmma_qk_chunk_desc(float (&s)[kAccumulators], uint64_t desc_q, uint64_t desc_k,
+                                                   bool accumulate) {
+#pragma unroll
+  for (int k = 0; k < kBlockDims / 16; ++k) {
+    gmma_qk_impl(s, ptx::advance_smem_desc(desc_q, k * 32), ptx::advance_smem_desc(desc_k, k * 32),
+                 accumulate || k != 0, std::make_index_sequence<kAccumulators>{});
+  }
+}
 template <int kAccumulators>
 __device__ __forceinline__ void gmma_qk_chunk(float (&s)[kAccumulators], uint32_t q_base, uint32_t k_base,
                                               bool accumulate) {
-#pragma unroll
-  for (int k = 0; k < kBlockDims / 16; ++k) {
-    const uint64_t desc_q = ptx::make_smem_desc_sw128(q_base + k * 32, 16, 1024);
-    const uint64_t desc_k = ptx::make_smem_desc_sw128(k_base + k * 32, 16, 1024);
-    gmma_qk_impl(s, desc_q, desc_k, accumulate || k != 0, std::make_index_sequence<kAccumulators>{});
-  }
+  gmma_qk_chunk_desc(s, k_major_desc(q_base), k_major_desc(k_base), accumulate);
 }
 
 // O (+)= P V for one 256-dim half over 16 * kKSteps keys: kKSteps k-steps of 16 keys, P from
@@ -71,11 +78,12 @@ __device__ __forceinline__ void gmma_qk_chunk(float (&s)[kAccumulators], uint32_
 template <int kKSteps, uint32_t kBlockBytes = kKeys * kRowBytes>
 __device__ __forceinline__ void gmma_pv_keys(float (&o)[128], const uint32_t (&p_frag)[kKSteps][4], uint32_t v_base,
                                              bool accumulate) {
+  // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO kBlockBytes).
+  const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base, kBlockBytes, 8 * kRowBytes);
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
-    // 16 keys = two 8-row groups (SBO 1 KiB); 256 dims = four 64-dim blocks (LBO kBlockBytes).
-    const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kBlockBytes, 8 * kRowBytes);
-    gmma_pv_impl(o, p_frag[ks], desc_v, accumulate || ks != 0, std::make_index_sequence<128>{});
+    gmma_pv_impl(o, p_frag[ks], ptx::advance_smem_desc(desc_v, ks * 16 * kRowBytes), accumulate || ks != 0,
+                 std::make_index_sequence<128>{});
   }
 }
 
@@ -84,11 +92,13 @@ __device__ __forceinline__ void gmma_pv_keys(float (&o)[128], const uint32_t (&p
 template <int kKSteps, uint32_t kBlockBytes>
 __device__ __forceinline__ void gmma_pv_keys_shared_p(float (&o)[128], uint32_t p_base, uint32_t v_base,
                                                       bool accumulate) {
+  const uint64_t desc_p = k_major_desc(p_base);
+  const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base, kBlockBytes, 8 * kRowBytes);
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
-    const uint64_t desc_p = ptx::make_smem_desc_sw128(p_base + ks * 32, 16, 1024);
-    const uint64_t desc_v = ptx::make_smem_desc_sw128(v_base + ks * 16 * kRowBytes, kBlockBytes, 8 * kRowBytes);
-    gmma_pv_shared_impl(o, desc_p, desc_v, accumulate || ks != 0, std::make_index_sequence<128>{});
+    gmma_pv_shared_impl(o, ptx::advance_smem_desc(desc_p, ks * 32),
+                        ptx::advance_smem_desc(desc_v, ks * 16 * kRowBytes), accumulate || ks != 0,
+                        std::make_index_sequence<128>{});
   }
 }
 

@@ -156,11 +156,15 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
         for (int i = 0; i < kSubtileKeys / 2; ++i) s[i] = 0.0f;
         fence_accumulators(s);
         wait_pair_phase<Pair>(&sync.kv_full[kv.index], kv.phase);
+        // Chunk c of q and of the stage's keys lie c blocks from their first.
+        const uint64_t desc_q = k_major_desc(ptx::smem_addr(smem.q[0]));
+        const uint64_t desc_k = k_major_desc(ptx::smem_addr(smem.kv[kv.index][0][0]));
 #pragma unroll
         for (int c = 0; c < kQChunks; ++c) {
           ptx::mbarrier_wait(&sync.q_full[c], q.phase);  // returns at once after the item's first subtile
           cute::warpgroup_arrive();
-          gmma_qk_chunk(s, ptx::smem_addr(smem.q[c]), ptx::smem_addr(smem.kv[kv.index][c][0]), c != 0);
+          gmma_qk_chunk_desc(s, ptx::advance_smem_desc(desc_q, c * kQChunkBytes),
+                             ptx::advance_smem_desc(desc_k, c * kSubtileKeys * kRowBytes), c != 0);
           cute::warpgroup_commit_batch();
           if (c >= 1) {
             cute::warpgroup_wait<1>();
@@ -193,7 +197,7 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<0>();
         fence_accumulators(o);
-        arrive_pair<Pair>(&sync.kv_empty[kv.index], rank);
+        release_stage<Pair>(&sync.kv_empty[kv.index], rank);
         kv.advance();
         o_started = true;
       }
@@ -285,7 +289,7 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
         fence_accumulators(o);
         ptx::mbarrier_arrive(&exchange.p_empty);
         p_use.advance();
-        arrive_pair<Pair>(&sync.kv_empty[kv.index], rank);
+        release_stage<Pair>(&sync.kv_empty[kv.index], rank);
         kv.advance();
         o_started = true;
       }

@@ -288,12 +288,26 @@ __device__ __forceinline__ void arrive_pair(uint64_t* bar, int rank) {
   if constexpr (Pair::kCtas == 2) ptx::mbarrier_arrive_cluster(ptx::cluster_address(ptx::smem_addr(bar), rank ^ 1));
 }
 
+// A consumer's arrive on kv_empty: this CTA's barrier and, in a pair, the peer's, whose writers
+// fill this CTA's stage too. It orders only this thread's reads of the stage, by wgmmas already
+// waited for, before those writes, so the remote arrive releases at CTA scope, as CUTLASS's
+// cluster pipelines release a stage to the CTA that fills it; a cluster-scoped one cost consumer 0
+// ~10% of its samples in a MEMBAR.ALL.GPU / ERRBAR that also waited for its out stores (ncu, v8).
+// The writers' kv_full arrive, which carries their stores to the peer's consumers, stays cluster-scoped.
+template <class Pair>
+__device__ __forceinline__ void release_stage(uint64_t* bar, int rank) {
+  ptx::mbarrier_arrive(bar);
+  if constexpr (Pair::kCtas == 2) {
+    ptx::mbarrier_arrive_cluster_cta_release(ptx::cluster_address(ptx::smem_addr(bar), rank ^ 1));
+  }
+}
+
 // Waits for phase `parity` of one of this CTA's barriers that a pair's peer arrives on too
-// (kv_full, kv_empty). The peer releases its arrivals at cluster scope, and what they order is
-// then read (the peer's stores into this CTA's stage) or overwritten (this CTA's writers also
-// store into the peer's stage): the acquire must be cluster-scoped as well, or the peer's accesses
-// before its arrival are not ordered before this CTA's after the wait. A lone CTA waits at CTA
-// scope.
+// (kv_full, kv_empty). The peer's writers release their kv_full arrivals at cluster scope, and
+// what those order (their stores into this CTA's stage) is then read: the acquire must be
+// cluster-scoped as well, or those stores are not ordered before this CTA's wgmmas after the wait.
+// kv_empty's waiters (this CTA's writers, about to store into both stages) acquire the same way;
+// its remote arrivals order only completed reads (release_stage). A lone CTA waits at CTA scope.
 template <class Pair>
 __device__ __forceinline__ void wait_pair_phase(uint64_t* bar, uint32_t parity) {
   if constexpr (Pair::kCtas == 2) {
