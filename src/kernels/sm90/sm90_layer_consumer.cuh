@@ -192,7 +192,7 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
 #pragma unroll
           for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(p_frag[ks][r]);
         cute::warpgroup_arrive();
-        gmma_pv_keys<kSubtileKeys / 16, kSubtileKeys * kRowBytes>(
+        gmma_pv_keys<kSubtileKeys / 16, kSubtileKeys * kRowBytes, DescriptorSteps::kAdvance>(
             o, p_frag, ptx::smem_addr(smem.kv[kv.index][kHalf * kBlocksPerHalf][0]), o_started);
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<0>();
