@@ -1003,7 +1003,7 @@ def replace_block(text: str, begin_marker: str, end_marker: str, lines: list):
     return text[:begin] + "\n".join([begin_marker, *lines]) + text[end:]
 
 
-def slower_range(ratios: list) -> str:
+def ratio_range(ratios: list) -> str:
     lo, hi = min(ratios), max(ratios)
     return f"{lo:.2g}x" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}x"
 
@@ -1052,10 +1052,13 @@ def readme_layer_block(sets: list, peers: list) -> list:
         for ls in sets:
             xs = [x for t in ls.tokens if (x := pick_over_peer(ls, p, t)[1])]
             if xs and not any(ls is s for s, _ in shown):
-                elsewhere.append(f"{slower_range(xs)} for {ls.short_title} (T = {ls.tokens[0]}-{ls.tokens[-1]})")
+                elsewhere.append(f"{ratio_range(xs)} for {ls.short_title} (T = {ls.tokens[0]}-{ls.tokens[-1]})")
         every_t = [x for ls, _ in shown for t in ls.tokens if (x := pick_over_peer(ls, p, t)[1])]
-        text += (f", but the library is slower than {p.name} today: {slower_range(here)} in the rows below, "
-                 f"{slower_range(every_t)} over every T measured of those layers"
+        faster = sum(1 for x in here if x < 1)
+        verdict = (f"slower than {p.name} on every row below" if not faster
+                   else f"faster than {p.name} on {faster} of the {len(here)} rows below")
+        text += (f"; {verdict}: the library's time over {p.name}'s {ratio_range(here)} there, "
+                 f"{ratio_range(every_t)} over every T measured of those layers"
                  + "".join(f", {e}" for e in elsewhere))
     return [text + ".", "", *lines, ""]
 
