@@ -128,6 +128,26 @@ class PlotBenchFormats(unittest.TestCase):
                       markdown)
         self.assertNotIn("95.0", markdown[markdown.index("## Cache formats"):])
 
+    def layer_block_with_peer_at_2048(self, peer_us):
+        """The README layer block where the peer ran C4A, H = 64 at T = 2048 in peer_us (ours: 800)."""
+        self.write_c4a_pair()
+        self.write("peers_fake.json", [
+            {"H": 64, "T": 128, "us": 20.0, "source": "fake window"},
+            {"layer": "c4a", "H": 64, "T": 2048, "us": peer_us, "extra_entries": 512, "source": "fake c4a"},
+        ], peer="FakePeer")
+        _, readme = self.run_script()
+        return readme[readme.index(plot_bench.README_LAYER_BEGIN):readme.index(plot_bench.README_LAYER_END)]
+
+    def test_the_layer_block_says_where_the_library_beats_the_peer(self):
+        block = self.layer_block_with_peer_at_2048(1000.0)
+        self.assertIn("faster than FakePeer on 1 of the 1 rows below: the library's time over FakePeer's 0.8x there",
+                      block)
+        self.assertIn("| C4A | 64 | 2048 | `sm90_wgmma_layer` | 800.0 | 2.00x (memory) | 1000.0 | 0.80x |", block)
+
+    def test_the_layer_block_says_where_the_library_is_slower_everywhere(self):
+        block = self.layer_block_with_peer_at_2048(400.0)
+        self.assertIn("slower than FakePeer on every row below: the library's time over FakePeer's 2x there", block)
+
     def test_without_a_model1_file_the_format_block_stays_empty(self):
         self.write("v2_c4a_h64.json", [layer_row("c4a", "seed", 64, 128, 100.0, 20.0)])
         markdown, readme = self.run_script()
