@@ -25,7 +25,7 @@ struct GmmaQKAtom<32> {  // 64 keys
   using type = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 };
 using GmmaPV = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
-// P from shared memory instead (the layer kernel's second consumer in a pair, PairExchange).
+// P from shared memory instead (the layer kernel's consumer 1, ConsumerExchange).
 using GmmaPVShared =
     cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
 

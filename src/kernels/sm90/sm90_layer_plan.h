@@ -65,7 +65,7 @@ struct LayerPair {
   static constexpr uint32_t kKvFullArrivals = kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
   static_assert(kGatherKeys % kShareRows == 0, "whole shares a subtile");
-  static_assert((kSplitGather ? kExchangeFirstRow : kGatherKeys) <= kExchangeFirstRow,
+  static_assert(kSplitGather || kGatherKeys <= kExchangeFirstRow,
                 "v4's gather warps stage the CTA's keys below ConsumerExchange: a pair only");
 };
 

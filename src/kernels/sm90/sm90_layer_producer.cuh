@@ -293,12 +293,24 @@ __device__ __forceinline__ void arrive_pair(uint64_t* bar, int rank) {
 // waited for, before those writes, so the remote arrive releases at CTA scope, as CUTLASS's
 // cluster pipelines release a stage to the CTA that fills it; a cluster-scoped one cost consumer 0
 // ~10% of its samples in a MEMBAR.ALL.GPU / ERRBAR that also waited for its out stores (ncu, v8).
-// The writers' kv_full arrive, which carries their stores to the peer's consumers, stays cluster-scoped.
+// The writers' kv_full arrive, which carries their stores to the peer's consumers, stays
+// cluster-scoped.
 template <class Pair>
 __device__ __forceinline__ void release_stage(uint64_t* bar, int rank) {
   ptx::mbarrier_arrive(bar);
   if constexpr (Pair::kCtas == 2) {
     ptx::mbarrier_arrive_cluster_cta_release(ptx::cluster_address(ptx::smem_addr(bar), rank ^ 1));
+  }
+}
+
+// A stage writer's stores (to this CTA's stage and, in a pair, the peer's), ordered before the
+// consumers' wgmmas read them through the async proxy; kv_full's arrive follows.
+template <class Pair>
+__device__ __forceinline__ void fence_stage_writes() {
+  if constexpr (Pair::kCtas == 2) {
+    ptx::fence_proxy_async_cluster();
+  } else {
+    ptx::fence_proxy_async_shared();
   }
 }
 
@@ -319,7 +331,8 @@ __device__ __forceinline__ void wait_pair_phase(uint64_t* bar, uint32_t parity) 
 
 // v4's gather warps, for a pair over sources of two row formats (LayerPair): per subtile its gather
 // (issued as soon as staging is free, a stage ahead of the consumers) lands, the stage is free,
-// the stage is written and published; then the next subtile's gather goes out. A subtile's latency thus hides under the consumers' multiply of the previous one.
+// the stage is written and published; then the next subtile's gather goes out. A subtile's latency
+// thus hides under the consumers' multiply of the previous one.
 // A pair's CTAs walk the same records (the same token's entries) and stages in lockstep: each
 // waits for its kv_empty, which counts both CTAs' consumers, before writing either stage, and
 // arrives on both CTAs' kv_full.
@@ -354,11 +367,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     } else {
       dequantize_subtile<Pair, false>(smem, smem.staging, kv.index, tid, first_key, rank ^ 1);
     }
-    if constexpr (Pair::kCtas == 2) {
-      ptx::fence_proxy_async_cluster();  // this thread's stores to both stages, before the wgmmas
-    } else {
-      ptx::fence_proxy_async_shared();
-    }
+    fence_stage_writes<Pair>();
     ptx::named_barrier_sync<kGatherThreads>(kProducerBarrier);  // staging free again
     arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
     kv.advance();
@@ -370,10 +379,10 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
 
 
 // The issuer's copies of one share: rows first_key .. first_key + kShareRows - 1 of the subtile
-// into the staging share `rows`, zero-filled past count. Four lanes a row, 64 bytes apart, so that one
-// instruction reads 8 rows x 64 contiguous bytes and each lane computes 4 row addresses a share
-// rather than one per 16-byte piece (the per-piece arithmetic cost v2's gather warps a quarter of
-// their time); a kModel1 row's scale row comes with it (lane = key).
+// into the staging share `rows`, zero-filled past count. Four lanes a row, 64 bytes apart, so that
+// one instruction reads 8 rows x 64 contiguous bytes and each lane computes 2 row addresses a
+// share rather than one per 16-byte piece (the per-piece arithmetic cost v2's gather warps a
+// quarter of their time); a kModel1 row's scale row comes with it (lane = key).
 template <bool kModel1>
 __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kHeadDim], int lane, int first_key) {
   constexpr int kChunks = kModel1 ? kModel1E4m3Chunks : kStagingChunks;  // 28 or 32, 16 B each
@@ -406,9 +415,10 @@ __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kH
 
 // Warp 0: walks the same subtiles as everyone, this CTA's keys of each (64 alone, 32 in a pair)
 // as shares of 16 into the staging ring, each as soon as its buffer is free; each lane's arrive
-// on staged_full completes once its copies landed. It may wait for the next record (the compaction publishes it
-// after loading the next item's q, which waits for this item's last S): only the dequantizing
-// warps must never wait there before publishing the stage that S needs, and they do not.
+// on staged_full completes once its copies landed. It may wait for the next record (the
+// compaction publishes it after loading the next item's q, which waits for this item's last S):
+// only the dequantizing warps must never wait there before publishing the stage that S needs,
+// and they do not.
 template <class Pair>
 __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                 int rank) {
@@ -470,11 +480,7 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
       share.advance();
     }
     if (model1) ptx::cp_async_wait<0>();  // the RoPE values
-    if constexpr (Pair::kCtas == 2) {
-      ptx::fence_proxy_async_cluster();  // this thread's stores to both stages, before the wgmmas
-    } else {
-      ptx::fence_proxy_async_shared();
-    }
+    fence_stage_writes<Pair>();
     arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
     kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
