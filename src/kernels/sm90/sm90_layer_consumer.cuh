@@ -86,6 +86,20 @@ __device__ __forceinline__ void hand_over_p(ConsumerExchange& exchange, PipeStat
   use.advance();
 }
 
+// A consumer's half of the item's out, rows head_lo and head_lo + 8: O times each row's out factor.
+// o_started false (no tile with entries): o still holds whatever it held, and out must be exactly
+// 0, never 0 * NaN.
+__device__ __forceinline__ void store_item_half(const DecodeParams& p, float (&o)[128], bool o_started,
+                                                const float (&out_factor)[2], int token, int head_lo, int half,
+                                                int frag_quad) {
+  if (!o_started) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) store_out_row_half(p, o, r, out_factor[r], token, head_lo + 8 * r, half, frag_quad);
+}
+
 // O *= rescale per row, o[4 n + 2 r + e] being row r's; a warp whose rows all kept their max skips
 // the 128 multiplies.
 __device__ __forceinline__ void rescale_accumulators(float (&o)[128], const float (&rescale)[2]) {
@@ -232,14 +246,7 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
     }
     ptx::mbarrier_arrive(&exchange.final_full);
     final_use.advance();
-    if (!o_started) {  // o still holds whatever it held: out must be exactly 0, never 0 * NaN
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      store_out_row_half(p, o, r, fin[r].out_factor, token, r == 0 ? head_lo : head_hi, kHalf, frag_quad);
-    }
+    store_item_half(p, o, o_started, {fin[0].out_factor, fin[1].out_factor}, token, head_lo, kHalf, frag_quad);
   }
 }
 
@@ -299,14 +306,7 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
     const float out_factor[2] = {exchange.out_factor[row_lo], exchange.out_factor[row_lo + 8]};
     ptx::mbarrier_arrive(&exchange.final_empty);
     final_use.advance();
-    if (!o_started) {  // o still holds whatever it held: out must be exactly 0, never 0 * NaN
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      store_out_row_half(p, o, r, out_factor[r], token, head_lo + 8 * r, kHalf, frag_quad);
-    }
+    store_item_half(p, o, o_started, out_factor, token, head_lo, kHalf, frag_quad);
   }
 }
 
