@@ -602,6 +602,32 @@ TEST_F(GpuSm90Layer, SeveralItemsPerCta) {
   }
 }
 
+// Tokens of very different work (0 to 1500 extra entries, a few ten times the rest), more than one
+// per CTA: the kernel sorts them by cost and deals them out largest first (sm90_layer_schedule.cuh),
+// so no token may be run twice, skipped or mixed up with one of equal cost. Every token compared.
+TEST_F(GpuSm90Layer, TokensOfUnequalWorkInCostOrder) {
+  for (const int64_t heads : {128, 64}) {
+    LayerCase c = layer_case(0, heads, {.limit = 1500, .num_blocks = 64, .block_size = 64}, {0.5f, -kInf},
+                             1200 + static_cast<uint64_t>(heads));
+    for (int64_t t = 0; t < 280; ++t) {
+      c.window.lens.push_back(t % 5 == 0 ? 0 : t % 3 == 0 ? 40 : 128);
+      c.extra.lens.push_back(t % 23 == 0 ? 1500 : t % 4 == 0 ? 0 : t % 4 == 1 ? 64 : t % 4 == 2 ? 300 : 65);
+    }
+    c.tokens = static_cast<int64_t>(c.window.lens.size());
+    c.extra.holes = 0.05;
+    run_case(c);
+  }
+}
+
+// More than 16384 tokens (kMaxSortedTokens, the sort keys that fit the q buffer): round robin
+// again. Three token ranges compared; every token checked for NaN.
+TEST_F(GpuSm90Layer, MoreTokensThanTheSortHolds) {
+  LayerCase c = layer_case(16500, 1, {.limit = 70, .num_blocks = 8, .block_size = 64}, {1.0f}, 1300);
+  c.window.num_blocks = 8;
+  c.compared = {{0, 4}, {8190, 8194}, {16496, 16500}};
+  run_case(c);
+}
+
 // The largest extra source (kMaxExtraEntries = 16384 columns, 128 tiles) at H = 128.
 TEST_F(GpuSm90Layer, LargestExtraSource) {
   LayerCase c = layer_case(3, 128, {.limit = swa_decode::kMaxExtraEntries, .num_blocks = 64, .block_size = 64},

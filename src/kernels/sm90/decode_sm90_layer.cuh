@@ -2,10 +2,11 @@
 // softmax per (token, head) (docs/semantics.md, "The extra source"). sm_90a; window_size <= 128,
 // head_dim 512, up to kMaxExtraEntries extra index columns.
 //
-// Persistent CTAs (one per SM) walk work items blockIdx.x, blockIdx.x + gridDim.x, ...; an item
-// is (token, slab of 64 heads): one per token for H <= 64, two with consecutive ids for H in
-// 65..128, run by the two CTAs of a cluster (a LayerPair, sm90_layer_plan.h; an even grid makes
-// item 2 t + r cluster rank r's). The window kernel's three warpgroups, with tiles for tokens:
+// Persistent CTAs (one per SM) walk work items, an item being (token, slab of 64 heads): one slab
+// a token for H <= 64, two for H in 65..128, run by the two CTAs of a cluster (a LayerPair,
+// sm90_layer_plan.h; cluster rank r runs slab r). Which tokens a CTA (or pair) runs, and in which
+// order, every CTA works out first from all tokens' lengths, largest first
+// (sm90_layer_schedule.cuh). The window kernel's three warpgroups, with tiles for tokens:
 //  * producer (WG 0): warp 3 compacts the item's valid entries a tile ahead, window first, then
 //    the extra source 128 index columns at a time, each chunk a tile of at most 128 entries
 //    (TileRecord), and loads the item's q by TMA (64 KiB, resident for all its tiles); warps 0-2
@@ -41,6 +42,7 @@
 #include "src/kernels/sm90/sm90_layer_consumer.cuh"
 #include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_layer_producer.cuh"
+#include "src/kernels/sm90/sm90_layer_schedule.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "src/kernels/sm90/sm90_smem.cuh"
 
@@ -91,6 +93,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Everything above touches only shared memory and the kernel's parameters.
   ptx::wait_for_prior_grid();
   ptx::let_dependent_grid_launch();
+  // In this CTA's q buffer and staging rows that the peer never writes, so no cluster barrier.
+  order_items<Pair>(p, smem);
 
   const int wg = threadIdx.x / kWarpgroupThreads;
   if (wg == 0) {

@@ -14,6 +14,7 @@
 #include "src/kernels/sm90/sm90_gmma.cuh"
 #include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_layer_producer.cuh"
+#include "src/kernels/sm90/sm90_layer_schedule.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 
 namespace swa_decode::sm90 {
@@ -123,8 +124,9 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
   const int lane = wtid % 32;
   const int frag_row = lane / 4;
   const int frag_quad = lane % 4;
-  const int slabs = layer_slabs(p.num_heads);
-  const int num_items = layer_items(p);
+  const int slab = slab_of_cta<Pair>(rank);
+  const ItemOrder& order = item_order(smem);
+  const int items = order.count;
   const float logit_scale = p.scale * kLog2e;
   ConsumerExchange& exchange = consumer_exchange(smem);
   PipeState<2> meta;
@@ -133,9 +135,9 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
   PipeState<1> p_use;
   PipeState<1> final_use;
   float o[128];
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const int token = item / slabs;
-    const int head_lo = (item - token * slabs) * kSlabHeads + warp * 16 + frag_row;
+  for (int k = 0; k < items; ++k) {
+    const int token = item_token(order, k);
+    const int head_lo = slab * kSlabHeads + warp * 16 + frag_row;
     const int head_hi = head_lo + 8;
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
@@ -263,17 +265,18 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
   const int frag_row = (wtid % 32) / 4;
   const int frag_quad = wtid % 4;
   const int row_lo = warp * 16 + frag_row;  // of the slab's 64 heads
-  const int slabs = layer_slabs(p.num_heads);
-  const int num_items = layer_items(p);
+  const int slab = slab_of_cta<Pair>(rank);
+  const ItemOrder& order = item_order(smem);
+  const int items = order.count;
   ConsumerExchange& exchange = consumer_exchange(smem);
   PipeState<2> meta;
   PipeState<kKvStages> kv;
   PipeState<1> p_use;
   PipeState<1> final_use;
   float o[128];
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const int token = item / slabs;
-    const int head_lo = (item - token * slabs) * kSlabHeads + row_lo;
+  for (int k = 0; k < items; ++k) {
+    const int token = item_token(order, k);
+    const int head_lo = slab * kSlabHeads + row_lo;
     bool o_started = false;
     bool last = false;
     while (!last) {

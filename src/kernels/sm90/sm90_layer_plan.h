@@ -109,6 +109,22 @@ static_assert(sizeof(ConsumerExchange) <= (kSubtileKeys - kExchangeFirstRow) * k
               "the exchange fits staging's rows 32-63");
 static_assert(kExchangeFirstRow * kHeadDim % 1024 == 0, "P starts on a swizzle atom");
 
+// The tokens this CTA runs, in order (sm90_layer_schedule.cuh): in staging's rows 32-63 after
+// ConsumerExchange, which no gather stages into either. Written by every thread before the roles
+// start, then only read. 1024 tokens a unit cover T <= 67,584 on 132 SMs at H = 128; more, and
+// the kernel keeps round robin (sorted 0).
+inline constexpr int kItemOrderCapacity = 1024;
+struct ItemOrder {
+  int32_t count;   // this CTA's items
+  int32_t sorted;  // 1: item k's token is tokens[k]; 0: first + k * stride (round robin)
+  int32_t first;
+  int32_t stride;
+  int32_t tokens[kItemOrderCapacity];
+};
+inline constexpr int kItemOrderOffset = (sizeof(ConsumerExchange) + 15) / 16 * 16;  // from staging's row 32
+static_assert(kItemOrderOffset + sizeof(ItemOrder) <= (kSubtileKeys - kExchangeFirstRow) * kHeadDim,
+              "ItemOrder fits staging's rows 32-63 beside ConsumerExchange");
+
 // What the compaction warp says of each tile it publishes (a "record"). A record never mixes
 // sources: the window gives at most one (window_size <= kKeys), the extra source one per 128 index
 // columns. An item with no index column in either source gets a single record with num_valid 0.

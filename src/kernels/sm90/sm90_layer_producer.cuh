@@ -12,6 +12,7 @@
 #include "src/common/ptx/sm90.cuh"
 #include "src/common/window_compaction.cuh"
 #include "src/kernels/sm90/sm90_layer_plan.h"
+#include "src/kernels/sm90/sm90_layer_schedule.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "src/kernels/sm90/sm90_producer.cuh"
 #include "src/kernels/sm90/sm90_rows.cuh"
@@ -19,11 +20,10 @@
 
 namespace swa_decode::sm90 {
 
-// Work items of this CTA: blockIdx.x, blockIdx.x + gridDim.x, ... below num_items.
-__device__ __forceinline__ int layer_items(const DecodeParams& p) { return p.num_tokens * layer_slabs(p.num_heads); }
-__device__ __forceinline__ int items_of_this_cta(const DecodeParams& p) {
-  const int num_items = layer_items(p);
-  return static_cast<int>(blockIdx.x) < num_items ? (num_items - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+// The slab of 64 heads this CTA runs of each of its tokens: a pair's cluster rank, 0 alone.
+template <class Pair>
+__device__ __forceinline__ int slab_of_cta(int rank) {
+  return Pair::kCtas == 2 ? rank : 0;
 }
 
 // The 8 TMA boxes of the item's q (64 dims x 64 heads each; heads past num_heads are zero-filled).
@@ -91,14 +91,14 @@ template <class Pair>
 __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p, const CUtensorMap& q_map,
                                                           LayerSmemPlan& smem, LayerSmemSync& sync, int rank) {
   const int lane = threadIdx.x % 32;
-  const int slabs = layer_slabs(p.num_heads);
-  const int num_items = layer_items(p);
+  const int slab = slab_of_cta<Pair>(rank);
+  const ItemOrder& order = item_order(smem);
+  const int items = order.count;
   const bool has_extra = p.extra.kv_cache != nullptr;
   PipeState<2> meta;
   PipeState<1> q_load;
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const int token = item / slabs;
-    const int slab = item - token * slabs;
+  for (int k = 0; k < items; ++k) {
+    const int token = item_token(order, k);
     const int window_columns = columns_in_window(load_token_length(p.window, token), p.window.max_entries);
     const int extra_columns =
         has_extra ? columns_in_window(load_token_length(p.extra, token), p.extra.max_entries) : 0;
@@ -252,8 +252,8 @@ struct GatherCursor {
 };
 
 // The cursor on the CTA's first record with entries; false if it has none.
-__device__ __forceinline__ bool start_gather(const DecodeParams& p, LayerSmemSync& sync, GatherCursor& at) {
-  at = GatherCursor{PipeState<2>{}, items_of_this_cta(p), 0, 0};
+__device__ __forceinline__ bool start_gather(LayerSmemPlan& smem, LayerSmemSync& sync, GatherCursor& at) {
+  at = GatherCursor{PipeState<2>{}, item_order(smem).count, 0, 0};
   if (!next_layer_tile(sync, at.meta, at.items_left)) return false;
   at.num_valid = sync.record[at.meta.index].num_valid;
   return true;
@@ -342,7 +342,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
   const int first_key = rank * Pair::kGatherKeys;
   GatherCursor at;
   PipeState<kKvStages> kv;
-  if (!start_gather(p, sync, at)) return;
+  if (!start_gather(smem, sync, at)) return;
   for (;;) {
     const int tid = ptx::thread_index_x_unhoisted();  // 0..95; held across the loop, the addresses
                                                       // derived from it spilled the producer
@@ -426,7 +426,7 @@ __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmem
   const int first_key = rank * Pair::kGatherKeys;
   GatherCursor at;
   PipeState<kStagingShares> share;
-  if (!start_gather(p, sync, at)) return;
+  if (!start_gather(smem, sync, at)) return;
   for (;;) {
     const Subtile u = subtile_at(p, smem, sync, at);
 #pragma unroll 1
@@ -459,7 +459,7 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
   GatherCursor at;
   PipeState<kKvStages> kv;
   PipeState<kStagingShares> share;
-  if (!start_gather(p, sync, at)) return;
+  if (!start_gather(smem, sync, at)) return;
   for (;;) {
     const int tid = ptx::thread_index_x_unhoisted() - Pair::kIssuerThreads;  // 0..63
     const Subtile u = subtile_at(p, smem, sync, at);

@@ -1,0 +1,116 @@
+// Which tokens each unit of the layer kernel runs, and in which order (perf-notes, layer v12). A
+// unit is a pair (H > 64) or a lone CTA. Tokens differ in work by up to 250x: a C128A token at a 1M
+// context has 0..16384 extra entries. Round robin (unit u: tokens u, u + U, ...) left the unit with
+// the largest sum the last to finish, 1.8x the mean at T = 128. Every CTA costs every token from its
+// two lengths, sorts the costs (largest first) and takes its share in a snake: round r's position
+// r U + u, or r U + U - 1 - u on odd rounds. Each round's largest tokens thus pair with the next
+// round's smallest. All CTAs compute the same order from the same lengths, so a pair's two CTAs
+// agree on it, and nothing is written outside shared memory.
+#pragma once
+
+#include <cstdint>
+
+#include "src/common/params.h"
+#include "src/common/ptx/sm90.cuh"
+#include "src/common/window_compaction.cuh"
+#include "src/common/window_rule.h"
+#include "src/kernels/sm90/sm90_layer_plan.h"
+#include "src/kernels/sm90/sm90_plan.h"
+#include "swa_decode/limits.h"
+
+namespace swa_decode::sm90 {
+
+__device__ __forceinline__ ItemOrder& item_order(LayerSmemPlan& smem) {
+  return *reinterpret_cast<ItemOrder*>(&smem.staging[kExchangeFirstRow][0] + kItemOrderOffset);
+}
+
+// The token of this CTA's item k (k < order.count).
+__device__ __forceinline__ int item_token(const ItemOrder& order, int k) {
+  return order.sorted ? order.tokens[k] : order.first + k * order.stride;
+}
+
+// A token's work in subtiles of kSubtileKeys entries, plus 1 for what every item pays once (its q,
+// its records' waits, the epilogue). The compaction warp takes the same columns (its records hold
+// 128 columns, two subtiles, so ceil(columns / 64) is its subtile count without holes).
+inline constexpr int kMaxItemCost = 1 + kKeys / kSubtileKeys + static_cast<int>(kMaxExtraEntries) / kSubtileKeys;
+__device__ __forceinline__ int item_cost(const DecodeParams& p, int token) {
+  const int window = columns_in_window(load_token_length(p.window, token), p.window.max_entries);
+  const int extra =
+      p.extra.kv_cache != nullptr ? columns_in_window(load_token_length(p.extra, token), p.extra.max_entries) : 0;
+  return 1 + (window + kSubtileKeys - 1) / kSubtileKeys + (extra + kSubtileKeys - 1) / kSubtileKeys;
+}
+
+// Sort keys in the q buffer, which nothing uses before the roles start: 16384 of 4 bytes. A key is
+// (kMaxItemCost - cost) above the token (14 bits), so ascending keys are costs descending, ties by
+// token: the same order in every CTA.
+inline constexpr int kTokenBits = 14;
+inline constexpr int kMaxSortedTokens = 1 << kTokenBits;
+static_assert(kMaxSortedTokens * sizeof(uint32_t) <= sizeof(LayerSmemPlan::q), "the keys fit the q buffer");
+static_assert(kMaxItemCost < (1 << (32 - kTokenBits)) - 1, "a cost fits above the token, below the padding key");
+inline constexpr uint32_t kPaddingKey = 0xFFFFFFFFu;  // sorts after every real key
+
+__device__ __forceinline__ uint32_t sort_key(int cost, int token) {
+  return static_cast<uint32_t>(kMaxItemCost - cost) << kTokenBits | static_cast<uint32_t>(token);
+}
+
+// Ascending bitonic sort of n keys (n a power of two) by all kThreads threads; every stage ends in a
+// CTA barrier. n / 2 compare-exchanges a stage, log2(n) (log2(n) + 1) / 2 stages: 66 at n = 2048.
+__device__ __forceinline__ void bitonic_sort(uint32_t* keys, int n) {
+  for (int block = 2; block <= n; block <<= 1) {
+    for (int stride = block >> 1; stride > 0; stride >>= 1) {
+      for (int c = threadIdx.x; c < n / 2; c += kThreads) {
+        const int i = ((c & ~(stride - 1)) << 1) | (c & (stride - 1));  // the lower of the pair
+        const uint32_t a = keys[i];
+        const uint32_t b = keys[i + stride];
+        const bool ascending = (i & block) == 0;
+        if ((a > b) == ascending) {
+          keys[i] = b;
+          keys[i + stride] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Writes this CTA's ItemOrder; run by all kThreads threads before the roles start (it ends in a CTA
+// barrier). Round robin where sorting cannot help (one token a unit or fewer) or does not fit (more
+// than kMaxSortedTokens tokens, more than kItemOrderCapacity a unit).
+template <class Pair>
+__device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan& smem) {
+  const int units = static_cast<int>(gridDim.x) / Pair::kCtas;
+  const int unit = static_cast<int>(blockIdx.x) / Pair::kCtas;
+  const int tokens = p.num_tokens;
+  ItemOrder& order = item_order(smem);
+  const int rounds = tokens / units + (tokens % units != 0 ? 1 : 0);
+  if (tokens <= units || tokens > kMaxSortedTokens || rounds > kItemOrderCapacity) {
+    if (threadIdx.x == 0) {
+      order.count = unit < tokens ? (tokens - 1 - unit) / units + 1 : 0;
+      order.sorted = 0;
+      order.first = unit;
+      order.stride = units;
+    }
+    __syncthreads();
+    return;
+  }
+  uint32_t* keys = reinterpret_cast<uint32_t*>(&smem.q[0][0][0]);
+  const int n = 1 << (32 - __clz(tokens - 1));  // tokens >= 2 here
+  for (int i = threadIdx.x; i < n; i += kThreads) keys[i] = i < tokens ? sort_key(item_cost(p, i), i) : kPaddingKey;
+  __syncthreads();
+  bitonic_sort(keys, n);
+  // Every round but the last is whole, so only the last position can lie past the tokens.
+  const auto position = [&](int round) { return round * units + (round % 2 == 0 ? unit : units - 1 - unit); };
+  for (int r = threadIdx.x; r < rounds; r += kThreads) {
+    const int at = position(r);
+    if (at < tokens) order.tokens[r] = static_cast<int32_t>(keys[at] & (kMaxSortedTokens - 1));
+  }
+  if (threadIdx.x == 0) {
+    order.count = position(rounds - 1) < tokens ? rounds : rounds - 1;
+    order.sorted = 1;
+  }
+  // q's TMA loads (the async proxy) overwrite the keys these threads wrote.
+  ptx::fence_proxy_async_shared();
+  __syncthreads();
+}
+
+}  // namespace swa_decode::sm90
