@@ -619,13 +619,18 @@ TEST_F(GpuSm90Layer, TokensOfUnequalWorkInCostOrder) {
   }
 }
 
-// More than 16384 tokens (kMaxSortedTokens, the sort keys that fit the q buffer): round robin
-// again. Three token ranges compared; every token checked for NaN.
-TEST_F(GpuSm90Layer, MoreTokensThanTheSortHolds) {
-  LayerCase c = layer_case(16500, 1, {.limit = 70, .num_blocks = 8, .block_size = 64}, {1.0f}, 1300);
-  c.window.num_blocks = 8;
-  c.compared = {{0, 4}, {8190, 8194}, {16496, 16500}};
-  run_case(c);
+// More tokens than the ranked order takes (kMaxRankedTokens = 1152: a bitonic sort) and than the
+// sort takes (kMaxSortedTokens = 16384: round robin again), with lengths of unequal work. Three
+// token ranges compared; every token checked for NaN.
+TEST_F(GpuSm90Layer, ManyTokens) {
+  for (const int64_t tokens : {2000, 16500}) {
+    LayerCase c = layer_case(tokens, 1, {.limit = 300, .num_blocks = 8, .block_size = 64}, {1.0f},
+                             1300 + static_cast<uint64_t>(tokens));
+    c.window.num_blocks = 8;
+    c.extra.lens = {0, 300, 5, 64, 129, 0, 0, 17};
+    c.compared = {{0, 4}, {tokens / 2 - 2, tokens / 2 + 2}, {tokens - 4, tokens}};
+    run_case(c);
+  }
 }
 
 // The largest extra source (kMaxExtraEntries = 16384 columns, 128 tiles) at H = 128.

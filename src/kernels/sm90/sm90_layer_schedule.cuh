@@ -40,7 +40,7 @@ __device__ __forceinline__ int item_cost(const DecodeParams& p, int token) {
   return 1 + (window + kSubtileKeys - 1) / kSubtileKeys + (extra + kSubtileKeys - 1) / kSubtileKeys;
 }
 
-// Sort keys in the q buffer, which nothing uses before the roles start: 16384 of 4 bytes. A key is
+// Sort keys in the q buffer, which nothing uses before the roles start: up to 16384 of 4 bytes. A key is
 // (kMaxItemCost - cost) above the token (14 bits), so ascending keys are costs descending, ties by
 // token: the same order in every CTA.
 inline constexpr int kTokenBits = 14;
@@ -73,6 +73,39 @@ __device__ __forceinline__ void bitonic_sort(uint32_t* keys, int n) {
   }
 }
 
+// Up to kMaxRankedTokens tokens a key's rank is counted instead (the keys below it, all distinct
+// by their token bits): one pass over the keys, 2 barriers, where bitonic's log2(n) (log2(n) + 1)
+// / 2 barrier-separated stages cost C4A H = 128 at T = 128 ~4 us of its 149 (28 stages; perf-notes,
+// layer v12). Each thread ranks kRankedPerThread tokens, reading the keys 4 at a time.
+inline constexpr int kRankedPerThread = 3;
+inline constexpr int kMaxRankedTokens = kRankedPerThread * kThreads;  // 1152
+inline constexpr int kRankedKeys = (kMaxRankedTokens + 3) / 4 * 4;    // padded to whole uint4
+static_assert(2 * kRankedKeys * sizeof(uint32_t) <= sizeof(LayerSmemPlan::q), "keys and ranked tokens fit the q buffer");
+
+// sorted[rank of key i] = i for the tokens' keys (then padding keys up to a multiple of 4).
+__device__ __forceinline__ void rank_keys(const uint32_t* keys, int tokens, int32_t* sorted) {
+  uint32_t mine[kRankedPerThread];
+  int rank[kRankedPerThread];
+#pragma unroll
+  for (int r = 0; r < kRankedPerThread; ++r) {
+    const int i = static_cast<int>(threadIdx.x) + r * kThreads;
+    mine[r] = i < tokens ? keys[i] : kPaddingKey;
+    rank[r] = 0;
+  }
+  for (int j = 0; j < tokens; j += 4) {
+    const uint4 k = *reinterpret_cast<const uint4*>(keys + j);
+#pragma unroll
+    for (int r = 0; r < kRankedPerThread; ++r) {
+      rank[r] += (k.x < mine[r]) + (k.y < mine[r]) + (k.z < mine[r]) + (k.w < mine[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRankedPerThread; ++r) {
+    const int i = static_cast<int>(threadIdx.x) + r * kThreads;
+    if (i < tokens) sorted[rank[r]] = i;
+  }
+}
+
 // Writes this CTA's ItemOrder; run by all kThreads threads before the roles start (it ends in a CTA
 // barrier). Round robin where sorting cannot help (one token a unit or fewer) or does not fit (more
 // than kMaxSortedTokens tokens, more than kItemOrderCapacity a unit).
@@ -94,15 +127,26 @@ __device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan
     return;
   }
   uint32_t* keys = reinterpret_cast<uint32_t*>(&smem.q[0][0][0]);
-  const int n = 1 << (32 - __clz(tokens - 1));  // tokens >= 2 here
+  const bool ranked = tokens <= kMaxRankedTokens;
+  // Keys up to a multiple of 4 (ranked) or a power of two (bitonic), the rest padding.
+  const int n = ranked ? (tokens + 3) / 4 * 4 : 1 << (32 - __clz(tokens - 1));  // tokens >= 2 here
   for (int i = threadIdx.x; i < n; i += kThreads) keys[i] = i < tokens ? sort_key(item_cost(p, i), i) : kPaddingKey;
   __syncthreads();
-  bitonic_sort(keys, n);
+  int32_t* const sorted = reinterpret_cast<int32_t*>(keys + kRankedKeys);
+  if (ranked) {
+    rank_keys(keys, tokens, sorted);
+    __syncthreads();
+  } else {
+    bitonic_sort(keys, n);
+  }
+  const auto token_at = [&](int position) {
+    return ranked ? sorted[position] : static_cast<int32_t>(keys[position] & (kMaxSortedTokens - 1));
+  };
   // Every round but the last is whole, so only the last position can lie past the tokens.
   const auto position = [&](int round) { return round * units + (round % 2 == 0 ? unit : units - 1 - unit); };
   for (int r = threadIdx.x; r < rounds; r += kThreads) {
     const int at = position(r);
-    if (at < tokens) order.tokens[r] = static_cast<int32_t>(keys[at] & (kMaxSortedTokens - 1));
+    if (at < tokens) order.tokens[r] = token_at(at);
   }
   if (threadIdx.x == 0) {
     order.count = position(rounds - 1) < tokens ? rounds : rounds - 1;
