@@ -279,9 +279,9 @@ __device__ __forceinline__ bool advance_gather(LayerSmemSync& sync, GatherCursor
   return true;
 }
 
-// Arrives on this CTA's barrier `bar` (kv_full, kv_empty) and, in a pair, on the peer's barrier
+// Arrives on this CTA's barrier `bar` (kv_full) and, in a pair, on the peer's barrier
 // at the same place, which counts this CTA's threads too; the remote arrive releases at cluster
-// scope (wait_pair_phase acquires it).
+// scope (wait_pair_phase acquires kv_full's).
 template <class Pair>
 __device__ __forceinline__ void arrive_pair(uint64_t* bar, int rank) {
   ptx::mbarrier_arrive(bar);
@@ -314,12 +314,10 @@ __device__ __forceinline__ void fence_stage_writes() {
   }
 }
 
-// Waits for phase `parity` of one of this CTA's barriers that a pair's peer arrives on too
-// (kv_full, kv_empty). The peer's writers release their kv_full arrivals at cluster scope, and
-// what those order (their stores into this CTA's stage) is then read: the acquire must be
-// cluster-scoped as well, or those stores are not ordered before this CTA's wgmmas after the wait.
-// kv_empty's waiters (this CTA's writers, about to store into both stages) acquire the same way;
-// its remote arrivals order only completed reads (release_stage). A lone CTA waits at CTA scope.
+// A consumer's wait for phase `parity` of kv_full, on which a pair's peer arrives too. The peer's
+// writers release their kv_full arrivals at cluster scope, and what those order (their stores
+// into this CTA's stage) is then read: the acquire must be cluster-scoped as well, or those stores
+// are not ordered before this CTA's wgmmas after the wait. A lone CTA waits at CTA scope.
 template <class Pair>
 __device__ __forceinline__ void wait_pair_phase(uint64_t* bar, uint32_t parity) {
   if constexpr (Pair::kCtas == 2) {
@@ -328,6 +326,13 @@ __device__ __forceinline__ void wait_pair_phase(uint64_t* bar, uint32_t parity) 
     ptx::mbarrier_wait(bar, parity);
   }
 }
+
+// A stage writer's wait for phase `parity` of kv_empty (the stage is free in both CTAs). Its
+// remote arrivals release at CTA scope and order only reads completed before them (release_stage),
+// so a cluster-scoped acquire would pair with nothing stronger; it would cost each wait an L1
+// invalidate (CCTL.IVALL, 0.8% of the kernel's samples at the dequantizing warps' wait in v8's
+// ncu profile). CUTLASS's cluster pipelines wait at CTA scope too.
+__device__ __forceinline__ void wait_stage_free(uint64_t* bar, uint32_t parity) { ptx::mbarrier_wait(bar, parity); }
 
 // v4's gather warps, for a pair over sources of two row formats (LayerPair): per subtile its gather
 // (issued as soon as staging is free, a stage ahead of the consumers) lands, the stage is free,
@@ -352,7 +357,7 @@ __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, La
     if (record_done) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
-    wait_pair_phase<Pair>(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
+    wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
     const bool model1 = u.src->is_model1 != 0;
     if (model1) {
       issue_rope_copy<kGatherThreads>(u, smem, kv.index, tid);
@@ -464,7 +469,7 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
     const int tid = ptx::thread_index_x_unhoisted() - Pair::kIssuerThreads;  // 0..63
     const Subtile u = subtile_at(p, smem, sync, at);
     const bool model1 = u.src->is_model1 != 0;
-    wait_pair_phase<Pair>(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
+    wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
     if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
 #pragma unroll 1
     for (int part = 0; part < Pair::kSharesPerSubtile; ++part) {
