@@ -199,7 +199,6 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
         subtile_softmax(s, inv_scale + sub * kSubtileKeys, record.num_valid - sub * kSubtileKeys, logit_scale,
                         frag_quad, row_max, row_sum, p_frag, rescale);
         if (final_sub) ptx::mbarrier_arrive(&sync.meta_empty[meta.index]);  // its scales are read
-        hand_over_p(exchange, p_use, p_frag, rescale);
 
         if (o_started) rescale_accumulators(o, rescale);
         fence_accumulators(o);
@@ -211,6 +210,8 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
         gmma_pv_keys<kSubtileKeys / 16, kSubtileKeys * kRowBytes, DescriptorSteps::kAdvance>(
             o, p_frag, ptx::smem_addr(smem.kv[kv.index][kHalf * kBlocksPerHalf][0]), o_started);
         cute::warpgroup_commit_batch();
+        // P goes to consumer 1 while this PV runs: the stores only read p_frag, which the wgmma reads too.
+        hand_over_p(exchange, p_use, p_frag, rescale);
         cute::warpgroup_wait<0>();
         fence_accumulators(o);
         release_stage<Pair>(&sync.kv_empty[kv.index], rank);
