@@ -19,12 +19,21 @@
 
 namespace swa_decode::sm90 {
 
+// The running max of a row moves only when a subtile's max exceeds it by more than this (log2
+// units), as FlashAttention-4 does: until then p = 2^(x - row_max) may reach 2^8, which bf16 and
+// fp32 hold with their usual relative precision, and both consumers skip O's rescale (128
+// multiplies each, the first of them on consumer 0's chain). The result is the same sum over
+// another base: finalize_row uses the base the probabilities were taken against. The move is a
+// select, not a branch: branched, it made seed rows 3-4% slower (perf-notes, layer v13).
+inline constexpr float kLazyRescaleLog2 = 8.0f;
+
 // S -> P of one half tile (64 keys) for the fragment's two rows (head_lo, head_hi) in the log2
-// domain (scale_scores, scores_to_p), folded into the item's running max and sum: the new max is
-// max(row_max, this half tile's max) (quad-reduced, so the four lanes of a row agree), and row_sum
-// (this lane's share of sum 2^(x - row_max), unscaled by inv_scale) is rescaled to it before it
-// gains the half tile's probabilities. Returns, per row, the factor O must be multiplied by:
-// 2^(old max - new max), 0 on the item's first tile (old max -inf), 1 where the max did not move.
+// domain (scale_scores, scores_to_p), folded into the item's running max and sum. The half tile's
+// max is quad-reduced, so the four lanes of a row agree; where it exceeds row_max by more than
+// kLazyRescaleLog2 (always on the item's first tile with an entry, row_max -inf), row_max takes it
+// and row_sum (this lane's share of sum 2^(x - row_max), unscaled by inv_scale) is rescaled before
+// it gains the half tile's probabilities. Returns, per row, the factor O must be multiplied by:
+// 2^(old max - new max), 0 on the item's first tile, 1 where the max did not move.
 __device__ __forceinline__ void subtile_softmax(float (&s)[kSubtileKeys / 2], const float* inv_scale, int num_valid,
                                                 float logit_scale, int frag_quad, float (&row_max)[2],
                                                 float (&row_sum)[2], uint32_t (&p_frag)[kSubtileKeys / 16][4],
@@ -34,7 +43,8 @@ __device__ __forceinline__ void subtile_softmax(float (&s)[kSubtileKeys / 2], co
   float base[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float new_max = fmaxf(row_max[h], quad_max(tile_max[h]));
+    const float tile = quad_max(tile_max[h]);
+    const float new_max = tile > row_max[h] + kLazyRescaleLog2 ? tile : row_max[h];
     // Every score -inf (no entry can give that, only inf inputs): base 0 keeps -inf - -inf from
     // turning p or the rescale into NaN.
     base[h] = new_max == -INFINITY ? 0.0f : new_max;
