@@ -619,16 +619,6 @@ TEST_F(GpuSm90Layer, TokensOfUnequalWorkInCostOrder) {
   }
 }
 
-// Tokens of equal work, more than one per CTA: the order is costed, then round robin is kept (the
-// snake would not shorten the longest unit). Three token ranges compared; every token checked for NaN.
-TEST_F(GpuSm90Layer, TokensOfEqualWorkKeepRoundRobin) {
-  LayerCase c = layer_case(300, 128, {.limit = 256, .num_blocks = 32, .block_size = 64}, {0.5f}, 1250);
-  c.window.lens = {128};
-  c.extra.lens = {256};
-  c.compared = {{0, 4}, {148, 152}, {296, 300}};
-  run_case(c);
-}
-
 // More tokens than the ranked order takes (kMaxRankedTokens = 1152: a bitonic sort) and than the
 // sort takes (kMaxSortedTokens = 16384: round robin again), with lengths of unequal work. Three
 // token ranges compared; every token checked for NaN.

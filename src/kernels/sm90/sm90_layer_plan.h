@@ -119,8 +119,6 @@ struct ItemOrder {
   int32_t sorted;  // 1: item k's token is tokens[k]; 0: first + k * stride (round robin)
   int32_t first;
   int32_t stride;
-  int32_t longest_round_robin;  // while ordering: the longest unit's load in subtiles (item_cost)
-  int32_t longest_snake;        // under each order
   int32_t tokens[kItemOrderCapacity];
 };
 inline constexpr int kItemOrderOffset = (sizeof(ConsumerExchange) + 15) / 16 * 16;  // from staging's row 32

@@ -106,19 +106,9 @@ __device__ __forceinline__ void rank_keys(const uint32_t* keys, int tokens, int3
   }
 }
 
-// A key's cost (sort_key's inverse).
-__device__ __forceinline__ int key_cost(uint32_t key) { return kMaxItemCost - static_cast<int>(key >> kTokenBits); }
-
-// The snake is kept only where its longest unit is shorter than round robin's by more than
-// 1/kSnakeMargin. On equal longest loads it measured slower: C4A H = 64 T = 512, where every
-// unit runs 3-4 tokens of ~11 subtiles either way, took 183 us with it and 168 us without
-// (perf-notes, layer v12c), for a reason the cost model does not see.
-inline constexpr int kSnakeMargin = 32;
-
 // Writes this CTA's ItemOrder; run by all kThreads threads before the roles start (it ends in a CTA
-// barrier). Round robin where sorting cannot help (one token a unit or fewer), does not fit (more
-// than kMaxSortedTokens tokens, more than kItemOrderCapacity a unit) or does not shorten the longest
-// unit's load by more than 1/kSnakeMargin.
+// barrier). Round robin where sorting cannot help (one token a unit or fewer) or does not fit (more
+// than kMaxSortedTokens tokens, more than kItemOrderCapacity a unit).
 template <class Pair>
 __device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan& smem) {
   const int units = static_cast<int>(gridDim.x) / Pair::kCtas;
@@ -126,7 +116,7 @@ __device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan
   const int tokens = p.num_tokens;
   ItemOrder& order = item_order(smem);
   const int rounds = tokens / units + (tokens % units != 0 ? 1 : 0);
-  const auto keep_round_robin = [&] {
+  if (tokens <= units || tokens > kMaxSortedTokens || rounds > kItemOrderCapacity) {
     if (threadIdx.x == 0) {
       order.count = unit < tokens ? (tokens - 1 - unit) / units + 1 : 0;
       order.sorted = 0;
@@ -134,9 +124,6 @@ __device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan
       order.stride = units;
     }
     __syncthreads();
-  };
-  if (tokens <= units || tokens > kMaxSortedTokens || rounds > kItemOrderCapacity) {
-    keep_round_robin();
     return;
   }
   uint32_t* keys = reinterpret_cast<uint32_t*>(&smem.q[0][0][0]);
@@ -144,53 +131,29 @@ __device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan
   // Keys up to a multiple of 4 (ranked) or a power of two (bitonic), the rest padding.
   const int n = ranked ? (tokens + 3) / 4 * 4 : 1 << (32 - __clz(tokens - 1));  // tokens >= 2 here
   for (int i = threadIdx.x; i < n; i += kThreads) keys[i] = i < tokens ? sort_key(item_cost(p, i), i) : kPaddingKey;
-  if (threadIdx.x == 0) {
-    order.longest_round_robin = 0;
-    order.longest_snake = 0;
-  }
   __syncthreads();
-  // Round robin's loads, from the keys in token order (before the bitonic sort moves them).
-  for (int u = threadIdx.x; u < units; u += kThreads) {
-    int load = 0;
-    for (int t = u; t < tokens; t += units) load += key_cost(keys[t]);
-    atomicMax(&order.longest_round_robin, load);
-  }
   int32_t* const sorted = reinterpret_cast<int32_t*>(keys + kRankedKeys);
   if (ranked) {
     rank_keys(keys, tokens, sorted);
-  } else {
     __syncthreads();
+  } else {
     bitonic_sort(keys, n);
   }
-  __syncthreads();
   const auto token_at = [&](int position) {
     return ranked ? sorted[position] : static_cast<int32_t>(keys[position] & (kMaxSortedTokens - 1));
   };
   // Every round but the last is whole, so only the last position can lie past the tokens.
-  const auto position = [&](int round, int u) { return round * units + (round % 2 == 0 ? u : units - 1 - u); };
-  for (int u = threadIdx.x; u < units; u += kThreads) {
-    int load = 0;
-    for (int r = 0; r < rounds; ++r) {
-      const int at = position(r, u);
-      if (at < tokens) load += key_cost(ranked ? keys[sorted[at]] : keys[at]);
-    }
-    atomicMax(&order.longest_snake, load);
-  }
-  // q's TMA loads (the async proxy) overwrite the keys these threads wrote.
-  ptx::fence_proxy_async_shared();
-  __syncthreads();
-  if (order.longest_snake * kSnakeMargin >= order.longest_round_robin * (kSnakeMargin - 1)) {
-    keep_round_robin();
-    return;
-  }
+  const auto position = [&](int round) { return round * units + (round % 2 == 0 ? unit : units - 1 - unit); };
   for (int r = threadIdx.x; r < rounds; r += kThreads) {
-    const int at = position(r, unit);
+    const int at = position(r);
     if (at < tokens) order.tokens[r] = token_at(at);
   }
   if (threadIdx.x == 0) {
-    order.count = position(rounds - 1, unit) < tokens ? rounds : rounds - 1;
+    order.count = position(rounds - 1) < tokens ? rounds : rounds - 1;
     order.sorted = 1;
   }
+  // q's TMA loads (the async proxy) overwrite the keys these threads wrote.
+  ptx::fence_proxy_async_shared();
   __syncthreads();
 }
 
