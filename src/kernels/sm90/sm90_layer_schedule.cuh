@@ -74,9 +74,10 @@ __device__ __forceinline__ void bitonic_sort(uint32_t* keys, int n) {
 }
 
 // Up to kMaxRankedTokens tokens a key's rank is counted instead (the keys below it, all distinct
-// by their token bits): one pass over the keys, 2 barriers, where bitonic's log2(n) (log2(n) + 1)
-// / 2 barrier-separated stages cost C4A H = 128 at T = 128 ~4 us of its 149 (28 stages; perf-notes,
-// layer v12). Each thread ranks kRankedPerThread tokens, reading the keys 4 at a time.
+// by their token bits): one pass over the keys and 2 barriers, against bitonic's 28
+// barrier-separated stages at T = 128. Each thread ranks kRankedPerThread tokens, reading the keys
+// 4 at a time. Measured (perf-notes, layer v12b and v12c): 0.7 us faster at T = 128, but 3 us
+// slower at T = 512, since the pass is quadratic (~37 K warp instructions an SM at T = 512).
 inline constexpr int kRankedPerThread = 3;
 inline constexpr int kMaxRankedTokens = kRankedPerThread * kThreads;  // 1152
 inline constexpr int kRankedKeys = (kMaxRankedTokens + 3) / 4 * 4;    // padded to whole uint4
