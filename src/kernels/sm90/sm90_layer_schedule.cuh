@@ -81,7 +81,8 @@ __device__ __forceinline__ void bitonic_sort(uint32_t* keys, int n) {
 inline constexpr int kRankedPerThread = 3;
 inline constexpr int kMaxRankedTokens = kRankedPerThread * kThreads;  // 1152
 inline constexpr int kRankedKeys = (kMaxRankedTokens + 3) / 4 * 4;    // padded to whole uint4
-static_assert(2 * kRankedKeys * sizeof(uint32_t) <= sizeof(LayerSmemPlan::q), "keys and ranked tokens fit the q buffer");
+static_assert(2 * kRankedKeys * sizeof(uint32_t) <= sizeof(LayerSmemPlan::q),
+              "keys and ranked tokens fit the q buffer");
 
 // sorted[rank of key i] = i for the tokens' keys (then padding keys up to a multiple of 4).
 __device__ __forceinline__ void rank_keys(const uint32_t* keys, int tokens, int32_t* sorted) {
