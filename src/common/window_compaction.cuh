@@ -22,6 +22,11 @@ __device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, 
                          : static_cast<int64_t>(static_cast<const int32_t*>(src.lens)[entry]);
 }
 
+// The index columns of `token` in `src` that may hold entries: its length cut to the source's limit.
+__device__ __forceinline__ int token_columns(const KvSourceParams& src, int token) {
+  return columns_in_window(load_token_length(src, token), src.max_entries);
+}
+
 // Elements from src.indices to `token`'s slot id in index column `column`.
 __device__ __forceinline__ int64_t slot_id_offset(const KvSourceParams& src, int token, int column) {
   return token * src.stride_indices_token + column;
@@ -205,7 +210,7 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
 template <int kThreads, typename Sync, typename RowOffset>
 __device__ int compact_window(const KvSourceParams& src, int token, int tid, Sync sync, RowOffset* s_row_offset,
                               float* s_inv_scale, int* s_warp_counts) {
-  const int columns = columns_in_window(load_token_length(src, token), src.max_entries);
+  const int columns = token_columns(src, token);
   return compact_columns<kThreads, 128>(src, token, 0, columns, tid, sync, s_row_offset, s_inv_scale, s_warp_counts);
 }
 

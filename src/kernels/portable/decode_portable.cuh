@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     smem.extra.head_block = head_block;
   }
   // The extra source's length is loaded now, so that its latency hides under the window's compaction.
-  const int extra_columns = kHasExtra ? columns_in_window(load_token_length(p.extra, token), p.extra.max_entries) : 0;
+  const int extra_columns = kHasExtra ? token_columns(p.extra, token) : 0;
   const int window_entries =
       compact_window<kThreads>(p.window, token, static_cast<int>(threadIdx.x), [] { __syncthreads(); },
                                listed_entries<kWindowModel1>(s_row_offset), s_inv_scale, smem.warp_counts);

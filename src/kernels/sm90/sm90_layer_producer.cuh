@@ -99,9 +99,8 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
   PipeState<1> q_load;
   for (int k = 0; k < items; ++k) {
     const int token = item_token(order, k);
-    const int window_columns = columns_in_window(load_token_length(p.window, token), p.window.max_entries);
-    const int extra_columns =
-        has_extra ? columns_in_window(load_token_length(p.extra, token), p.extra.max_entries) : 0;
+    const int window_columns = token_columns(p.window, token);
+    const int extra_columns = has_extra ? token_columns(p.extra, token) : 0;
     const int window_tiles = window_columns > 0 ? 1 : 0;
     const int tiles = window_tiles + (extra_columns + kKeys - 1) / kKeys;
     const int records = tiles > 0 ? tiles : 1;

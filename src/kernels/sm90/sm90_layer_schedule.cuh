@@ -13,7 +13,6 @@
 #include "src/common/params.h"
 #include "src/common/ptx/sm90.cuh"
 #include "src/common/window_compaction.cuh"
-#include "src/common/window_rule.h"
 #include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "swa_decode/limits.h"
@@ -34,15 +33,14 @@ __device__ __forceinline__ int item_token(const ItemOrder& order, int k) {
 // 128 columns, two subtiles, so ceil(columns / 64) is its subtile count without holes).
 inline constexpr int kMaxItemCost = 1 + kKeys / kSubtileKeys + static_cast<int>(kMaxExtraEntries) / kSubtileKeys;
 __device__ __forceinline__ int item_cost(const DecodeParams& p, int token) {
-  const int window = columns_in_window(load_token_length(p.window, token), p.window.max_entries);
-  const int extra =
-      p.extra.kv_cache != nullptr ? columns_in_window(load_token_length(p.extra, token), p.extra.max_entries) : 0;
+  const int window = token_columns(p.window, token);
+  const int extra = p.extra.kv_cache != nullptr ? token_columns(p.extra, token) : 0;
   return 1 + (window + kSubtileKeys - 1) / kSubtileKeys + (extra + kSubtileKeys - 1) / kSubtileKeys;
 }
 
-// Sort keys in the q buffer, which nothing uses before the roles start: up to 16384 of 4 bytes. A key is
-// (kMaxItemCost - cost) above the token (14 bits), so ascending keys are costs descending, ties by
-// token: the same order in every CTA.
+// Sort keys in the q buffer, which nothing uses before the roles start: up to 16384 of 4 bytes. A
+// key is (kMaxItemCost - cost) above the token (14 bits), so ascending keys are costs descending,
+// ties by token: the same order in every CTA.
 inline constexpr int kTokenBits = 14;
 inline constexpr int kMaxSortedTokens = 1 << kTokenBits;
 static_assert(kMaxSortedTokens * sizeof(uint32_t) <= sizeof(LayerSmemPlan::q), "the keys fit the q buffer");
