@@ -922,6 +922,7 @@ DecodeArgs batch_args(const HostBatch& batch, const TensorPointers& at, int64_t 
       .attn_sink = at.attn_sink,
       .lse = at.lse,
       .stride_lse_token = batch.lse_token_stride,
+      .empty_token_lse = batch.options.empty_token_lse,
       .out = at.out,
       .stride_out_token = batch.out_token_stride,
       .stride_out_head = batch.out_head_stride,

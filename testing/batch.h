@@ -99,6 +99,7 @@ struct BatchOptions {
   DType inv_scale_dtype = DType::kBFloat16;
   float scale = 0.0f;              // 0 = head_dim^-0.5
   bool with_lse = true;
+  EmptyTokenLse empty_token_lse = EmptyTokenLse::kNegativeInfinity;  // lse of a token without entries
   bool with_sink = false;          // random finite sinks in [-2, 6] unless `sinks` is given
   std::vector<float> sinks = {};   // [num_heads] explicit sink logits (may hold +-inf)
   // Multipliers of q (cycled over heads) and of every inv_scale: powers of two keep the bf16 values

@@ -39,7 +39,7 @@ DecodeArgs layout_of(const ProblemShape& s) {
       .inv_scale_dtype = s.inv_scale_dtype, .num_scales = model1 ? 0 : s.num_blocks * s.block_size,
       .index_dtype = s.index_dtype, .index_cols = s.index_cols, .stride_indices_token = s.index_cols + s.index_pad,
       .lens_dtype = s.lens_dtype,
-      .stride_lse_token = H + s.lse_pad,
+      .stride_lse_token = H + s.lse_pad, .empty_token_lse = s.empty_token_lse,
       .stride_out_token = out.group, .stride_out_head = out.row,
       .backend = Backend::kCpu,
   };

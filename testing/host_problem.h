@@ -58,6 +58,7 @@ struct ProblemShape {
   DType index_dtype = DType::kInt32;
   DType lens_dtype = DType::kInt32;
   KvFormat kv_format = KvFormat::kE4m3;  // the window's rows, as ExtraShape::format
+  EmptyTokenLse empty_token_lse = EmptyTokenLse::kNegativeInfinity;
   std::optional<ExtraShape> extra = std::nullopt;  // none: args().extra.kv_cache is nullptr
 };
 

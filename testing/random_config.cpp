@@ -434,6 +434,8 @@ RandomConfig draw_config(const ConfigSpace& space, uint64_t seed, int64_t index)
   o.out_token_stride =
       H * o.out_head_stride + (out_padded ? padding(rng, q_unit, 64) : 0) + misalign(Misaligned::kOutToken, 8);
   o.with_lse = coin(rng, 0.85);
+  // FlashMLA's +inf for an empty token, as its drop-in asks.
+  o.empty_token_lse = coin(rng, 0.3) ? EmptyTokenLse::kPositiveInfinity : EmptyTokenLse::kNegativeInfinity;
   o.lse_token_stride = H + (coin(rng, 0.5) ? rng.uniform_int(1, 5) : 0);
 
   // Index rows wider than the window, with garbage (in-range ids of poisoned slots) past it.
@@ -503,6 +505,7 @@ std::string RandomConfig::describe() const {
     << " q=" << (o.q_head_major ? "head-major" : "token-major") << " q_head_stride=" << o.q_head_stride
     << " q_token_stride=" << o.q_token_stride << " out_head_stride=" << o.out_head_stride
     << " out_token_stride=" << o.out_token_stride << " lse=" << (o.with_lse ? "on" : "off")
+    << " empty_token_lse=" << (o.empty_token_lse == EmptyTokenLse::kPositiveInfinity ? "+inf" : "-inf")
     << " lse_token_stride=" << o.lse_token_stride << " indices=" << dtype_name(o.index_dtype)
     << " lens=" << dtype_name(o.lens_dtype) << " inv_scale=" << dtype_name(o.inv_scale_dtype)
     << " scale=" << o.scale << " inv_scale_magnitude=" << o.inv_scale_magnitude << " holes=" << o.hole_fraction

@@ -32,6 +32,11 @@ inline constexpr int64_t kModel1E4m3Dims = 448;      // dims 0..447: e4m3 bytes;
 inline constexpr int64_t kModel1RowBytes = 576;      // 448 + 64 * 2: the row stride
 inline constexpr int64_t kModel1ScaleRowBytes = 8;   // 7 UE8M0 bytes (one per 64 e4m3 dims) + 1 pad
 
+// What lse holds for a token without a valid entry (docs/semantics.md, "Edge cases"): -inf, the log
+// of its empty sum, or +inf, FlashMLA's convention (flash_mla_with_kvcache returns +inf there), so
+// that its drop-in needs no pass over lse after the kernel.
+enum class EmptyTokenLse : int32_t { kNegativeInfinity = 0, kPositiveInfinity = 1 };
+
 // Where the pointers live and where the work runs. kCpu runs the float64 reference (slow, exact).
 enum class Backend : int32_t { kCuda = 0, kCpu = 1 };
 
@@ -142,6 +147,7 @@ struct DecodeArgs {
   // ---- optional: lse [T, H] fp32 natural-log sum-exp of the scores WITHOUT the sink, or nullptr.
   float* lse = nullptr;
   int64_t stride_lse_token = 0;
+  EmptyTokenLse empty_token_lse = EmptyTokenLse::kNegativeInfinity;  // lse of a token without entries
 
   // ---- out: [T, H, D] bf16, unit stride in D ----
   void* out = nullptr;

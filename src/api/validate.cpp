@@ -320,6 +320,10 @@ Status validate_args(const DecodeArgs& a) {
   if (!(s = check_pointer("out", a.out, has_tokens, per_token, 2, "bf16")).ok()) return s;
   if (!(s = check_pointer("attn_sink", a.attn_sink, false, "", 4, "fp32")).ok()) return s;
   if (!(s = check_pointer("lse", a.lse, false, "", 4, "fp32")).ok()) return s;
+  if (a.empty_token_lse != EmptyTokenLse::kNegativeInfinity && a.empty_token_lse != EmptyTokenLse::kPositiveInfinity) {
+    return invalid("empty_token_lse must be EmptyTokenLse::kNegativeInfinity (0) or kPositiveInfinity (1), got ",
+                   static_cast<int32_t>(a.empty_token_lse));
+  }
   if (!has_tokens) return {};
 
   // ---- strides: no tensor overlaps itself ----
@@ -339,6 +343,13 @@ Status validate_args(const DecodeArgs& a) {
   return {};
 }
 
+namespace {
+float empty_token_lse_value(EmptyTokenLse convention) {
+  return convention == EmptyTokenLse::kPositiveInfinity ? std::numeric_limits<float>::infinity()
+                                                        : -std::numeric_limits<float>::infinity();
+}
+}  // namespace
+
 DecodeParams make_params(const DecodeArgs& a) {
   return DecodeParams{
       .q = static_cast<const __nv_bfloat16*>(a.q),
@@ -356,6 +367,7 @@ DecodeParams make_params(const DecodeArgs& a) {
       .num_heads = static_cast<int32_t>(a.num_heads),
       .head_dim = static_cast<int32_t>(a.head_dim),
       .scale = a.scale,
+      .empty_token_lse = empty_token_lse_value(a.empty_token_lse),
   };
 }
 

@@ -51,6 +51,7 @@ struct DecodeParams {
   int32_t num_heads;
   int32_t head_dim;
   float scale;                 // softmax scale applied to q . k
+  float empty_token_lse;       // lse of a token without a valid entry: -inf or +inf (EmptyTokenLse)
 };
 
 }  // namespace swa_decode

@@ -22,12 +22,13 @@ __device__ __forceinline__ float quad_sum(float value) {
 
 struct FinalizedRow {
   float out_factor;  // multiply the unnormalized accumulator by this (0 for an empty token)
-  float lse;         // natural log of sum_j exp(s_j), without the sink; -inf for an empty token
+  float lse;         // natural log of sum_j exp(s_j), without the sink; empty_lse for an empty token
 };
 
-// sink: the head's sink logit (natural units) or -inf for none.
-__device__ __forceinline__ FinalizedRow finalize_row(float max_log2, float sum_exp, float sink) {
-  if (!(sum_exp > 0.0f)) return {0.0f, -INFINITY};  // no valid entry: out = 0, never NaN
+// sink: the head's sink logit (natural units) or -inf for none. empty_lse: DecodeParams's
+// empty_token_lse, -inf or +inf.
+__device__ __forceinline__ FinalizedRow finalize_row(float max_log2, float sum_exp, float sink, float empty_lse) {
+  if (!(sum_exp > 0.0f)) return {0.0f, empty_lse};  // no valid entry: out = 0, never NaN
   const float lse = (max_log2 + log2f(sum_exp)) * kLn2;
   // out = acc / (sum_exp + 2^(sink - max)): a -inf sink adds 0; a sink far above every score makes
   // the power inf and out 0, which is the limit, so no branch is needed.

@@ -121,7 +121,8 @@ Result compute(const DecodeArgs& a) {
   r.num_heads = H;
   r.head_dim = D;
   r.out.assign(T * H * D, 0.0);
-  r.lse.assign(T * H, -kInf);
+  // An empty token keeps this: the log of its empty sum, or +inf where the caller asks FlashMLA's.
+  r.lse.assign(T * H, a.empty_token_lse == EmptyTokenLse::kPositiveInfinity ? kInf : -kInf);
 
   std::vector<double> k;  // [J, D]: J_t, the window's valid entries followed by the extra source's
   std::vector<double> scores;
@@ -130,7 +131,7 @@ Result compute(const DecodeArgs& a) {
     append_valid_rows(a, a.window_size, a.kv_format, D, t, k);
     if (a.extra.kv_cache != nullptr) append_valid_rows(a.extra, a.extra.max_entries, a.extra.format, D, t, k);
     const int64_t J = static_cast<int64_t>(k.size()) / D;
-    if (J == 0) continue;  // empty token (no entry in either source): out = 0, lse = -inf, whatever the sink
+    if (J == 0) continue;  // empty token (no entry in either source): out = 0, lse as above, whatever the sink
     scores.assign(J, 0.0);
 
     for (int64_t h = 0; h < H; ++h) {

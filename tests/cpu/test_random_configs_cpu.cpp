@@ -90,7 +90,9 @@ struct OracleRow {
 OracleRow oracle_row(const st::HostBatch& b, int64_t t, int64_t h, const std::vector<long double>& keys) {
   const int64_t D = b.head_dim;
   const auto entries = static_cast<int64_t>(keys.size()) / D;
-  OracleRow r{std::vector<long double>(D, 0.0L), -kInfL};
+  // An empty token: out 0, lse -inf, or +inf where the batch asks FlashMLA's convention.
+  const bool plus_inf = b.options.empty_token_lse == EmptyTokenLse::kPositiveInfinity;
+  OracleRow r{std::vector<long double>(D, 0.0L), plus_inf ? kInfL : -kInfL};
   if (entries == 0) return r;
   const uint16_t* q_row = &b.q[t * b.q_token_stride + h * b.q_head_stride];
   std::vector<long double> q(D), acc(D, 0.0L);

@@ -523,8 +523,10 @@ void give_no_entries(HostProblem& p, Source source, int64_t shift) {
   p.set_len(token(4), std::numeric_limits<int64_t>::min(), source);
 }
 
-// Every token of `p` (5 tokens, 2 heads, D = 4) gets out = +0 and lse = -inf, whatever the sink.
+// Every token of `p` (5 tokens, 2 heads, D = 4) gets out = +0 and lse = -inf (or +inf where the
+// args ask FlashMLA's convention), whatever the sink.
 void expect_every_token_empty_whatever_the_sink(HostProblem& p) {
+  const double empty_lse = p.args().empty_token_lse == EmptyTokenLse::kPositiveInfinity ? kInf : -kInf;
   for (const std::vector<float>& sink : {std::vector<float>{}, std::vector<float>{0.5f, 3.0f},
                                          std::vector<float>{std::numeric_limits<float>::infinity(),
                                                             -std::numeric_limits<float>::infinity()}}) {
@@ -532,7 +534,7 @@ void expect_every_token_empty_whatever_the_sink(HostProblem& p) {
     const reference::Result r = reference::compute(p.args());
     for (int64_t t = 0; t < 5; ++t)
       for (int64_t h = 0; h < 2; ++h) {
-        EXPECT_EQ(r.lse_at(t, h), -kInf) << "t=" << t;
+        EXPECT_EQ(r.lse_at(t, h), empty_lse) << "t=" << t;
         for (int64_t d = 0; d < 4; ++d) {
           EXPECT_EQ(r.out_at(t, h, d), 0.0) << "t=" << t;
           EXPECT_FALSE(std::signbit(r.out_at(t, h, d)));
@@ -551,6 +553,14 @@ ProblemShape five_empty_tokens() {
 
 TEST(ReferenceCases, EmptyTokensGiveZeroAndMinusInfWhateverTheSink) {
   HostProblem p(five_empty_tokens(), 3);
+  give_no_entries(p, Source::kWindow, 0);
+  expect_every_token_empty_whatever_the_sink(p);
+}
+
+TEST(ReferenceCases, EmptyTokensGetPlusInfWhereFlashMlasConventionIsAsked) {
+  ProblemShape s = five_empty_tokens();
+  s.empty_token_lse = EmptyTokenLse::kPositiveInfinity;
+  HostProblem p(s, 3);
   give_no_entries(p, Source::kWindow, 0);
   expect_every_token_empty_whatever_the_sink(p);
 }

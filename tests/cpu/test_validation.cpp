@@ -125,6 +125,17 @@ TEST(Validation, StridesOfSizeOneDimensionsAreIgnored) {
   EXPECT_TRUE(decode(a).ok());
 }
 
+// The kernels write lse for a token without entries from DecodeParams: -inf by default, +inf for
+// FlashMLA's convention.
+TEST(Validation, EmptyTokenLseBecomesTheValueTheKernelsWrite) {
+  HostProblem p(small_shape(), 6);
+  DecodeArgs a = p.args();
+  EXPECT_EQ(make_params(a).empty_token_lse, -std::numeric_limits<float>::infinity());
+  a.empty_token_lse = EmptyTokenLse::kPositiveInfinity;
+  ASSERT_TRUE(validate_args(a).ok()) << validate_args(a).message;
+  EXPECT_EQ(make_params(a).empty_token_lse, std::numeric_limits<float>::infinity());
+}
+
 // lens may be absent in either source (every index column counts) and may hold one length per
 // lens_rows_per_entry tokens when that divides T; make_params passes both as they are.
 TEST(Validation, AbsentLensAndLensCoveringSeveralTokensPass) {
@@ -229,6 +240,8 @@ TEST(Validation, EveryBadArgumentNamesFieldExpectedAndActual) {
       {"kv blocks overlap", [](DecodeArgs& a) { a.stride_kv_block = 31; }, {"stride_kv_block must be >= 32", "got 31"}},
       {"indices rows overlap", [](DecodeArgs& a) { a.stride_indices_token = 4; }, {"stride_indices_token must be >= 5", "got 4"}},
       {"lse rows overlap", [](DecodeArgs& a) { a.stride_lse_token = 3; }, {"stride_lse_token must be >= 4", "got 3"}},
+      {"empty_token_lse outside the enum", [](DecodeArgs& a) { a.empty_token_lse = static_cast<EmptyTokenLse>(2); },
+       {"empty_token_lse must be EmptyTokenLse::kNegativeInfinity (0) or kPositiveInfinity (1), got 2"}},
       {"stride overflow", [](DecodeArgs& a) { a.stride_q_token = std::numeric_limits<int64_t>::max(); },
        {"stride_q_token", "int64", "9223372036854775807"}},
   };

@@ -40,6 +40,7 @@ namespace {
 
 namespace st = swa_decode::testing;
 using swa_decode::DType;
+using swa_decode::EmptyTokenLse;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -109,6 +110,8 @@ TEST_F(GpuDecode, AllEntriesMissing) {
   expect_matches_reference(o);
   o.all_invalid_fraction = 0.3;  // empty tokens next to full ones
   o.seed = 52;
+  expect_matches_reference(o);
+  o.empty_token_lse = EmptyTokenLse::kPositiveInfinity;  // FlashMLA's lse for the empty ones
   expect_matches_reference(o);
 }
 

@@ -41,6 +41,7 @@ namespace {
 
 namespace st = swa_decode::testing;
 using swa_decode::DType;
+using swa_decode::EmptyTokenLse;
 using st::LayerKind;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -165,6 +166,8 @@ TEST_F(GpuLayer, EmptyWindowWithExtraEntriesAndTheReverse) {
   o.seed = 21;  // the same lengths with whole index rows of -1 in either source
   o.all_invalid_fraction = 0.3;
   o.extra->all_invalid_fraction = 0.3;
+  expect_layer_matches_reference(o);
+  o.empty_token_lse = EmptyTokenLse::kPositiveInfinity;  // FlashMLA's lse for the empty tokens
   expect_layer_matches_reference(o);
 }
 

@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sum += smem.row_sum[w][lane];
-    const FinalizedRow fin = finalize_row(head_max, sum, smem.sinks[lane]);
+    const FinalizedRow fin = finalize_row(head_max, sum, smem.sinks[lane], p.empty_token_lse);
     head_factor = fin.out_factor * value_norm;
     if (p.lse != nullptr && warp == 0) p.lse[static_cast<int64_t>(token) * p.stride_lse_token + head_base + lane] = fin.lse;
   }

@@ -468,8 +468,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     for (int h = 0; h < 2; ++h) {
       const int head = out_head_base + frag_row + 8 * h;
       if (head >= p.num_heads) continue;
-      const FinalizedRow fin =
-          finalize_row(row_state.max[h], row_state.sum[h], smem.sinks[group * kHeadsPerGroup + head - out_head_base]);
+      const FinalizedRow fin = finalize_row(row_state.max[h], row_state.sum[h],
+                                            smem.sinks[group * kHeadsPerGroup + head - out_head_base], p.empty_token_lse);
       const float out_factor = fin.out_factor * value_norm;
       if (p.lse != nullptr && quarter == 0 && frag_quad == 0) p.lse[out_token * p.stride_lse_token + head] = fin.lse;
       __nv_bfloat16* out_row = p.out + out_token * p.stride_out_token + head * p.stride_out_head + dim_base + 8 * frag_quad;

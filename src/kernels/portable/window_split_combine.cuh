@@ -112,7 +112,7 @@ __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, co
     for (int s = 0; s < kMaxWindowSplits; ++s) max_log2 = fmaxf(max_log2, stats[s].x);
     float sum_exp = 0.0f;
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    if (max_log2 != -INFINITY) {  // otherwise no CTA saw a valid entry: out = 0, lse = -inf
+    if (max_log2 != -INFINITY) {  // otherwise no CTA saw a valid entry: out = 0, lse = p.empty_token_lse
 #pragma unroll
       for (int s = 0; s < kMaxWindowSplits; ++s) {
         const float weight = ptx::exp2_approx(stats[s].x - max_log2);  // 0 for a CTA without entries
@@ -128,7 +128,7 @@ __device__ __forceinline__ void combine_split_partials(const DecodeParams& p, co
         acc[7] += out_weight * hi[s].w;
       }
     }
-    const FinalizedRow fin = finalize_row(max_log2, sum_exp, sinks[local_head]);
+    const FinalizedRow fin = finalize_row(max_log2, sum_exp, sinks[local_head], p.empty_token_lse);
     const float out_factor = fin.out_factor * value_norm;
     if (p.lse != nullptr && chunk == 0) p.lse[token * p.stride_lse_token + head] = fin.lse;
     const uint4 v = make_uint4(pack_bf16x2(acc[0] * out_factor, acc[1] * out_factor), pack_bf16x2(acc[2] * out_factor, acc[3] * out_factor),

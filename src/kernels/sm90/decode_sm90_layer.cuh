@@ -32,7 +32,7 @@
 //    the compaction warp when it loads q and by the consumers after the item); the consumers hand
 //    chunk c back during the last subtile's S, or after waiting for it when no tile had an entry.
 // An item without index columns in either source is one record with num_valid 0 and no q: out 0,
-// lse -inf, and no role waits for anything another does not give.
+// lse p.empty_token_lse, and no role waits for anything another does not give.
 #pragma once
 
 #include <cuda.h>

@@ -199,8 +199,8 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, const CUtens
       row_sum[h] = quad_sum(row_sum[h]);
     }
     FinalizedRow fin[2];
-    fin[0] = finalize_row(row_max[0], row_sum[0], sink_lo);
-    fin[1] = finalize_row(row_max[1], row_sum[1], sink_hi);
+    fin[0] = finalize_row(row_max[0], row_sum[0], sink_lo, p.empty_token_lse);
+    fin[1] = finalize_row(row_max[1], row_sum[1], sink_hi, p.empty_token_lse);
     if (role.writes_lse && p.lse != nullptr && frag_quad == 0) {
       if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
       if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;

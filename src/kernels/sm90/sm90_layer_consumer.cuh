@@ -240,14 +240,14 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
       q.advance();
     }
 
-    // ---- the sink, lse and out (an item without entries: sum 0, so out 0 and lse -inf) ----
+    // ---- the sink, lse and out (an item without entries: sum 0, so out 0 and lse p.empty_token_lse) ----
     // The sinks are read here, not held in registers across the tiles: after the first item they
     // come from L1.
     const float sink_lo = p.attn_sink != nullptr && head_lo < p.num_heads ? p.attn_sink[head_lo] : -INFINITY;
     const float sink_hi = p.attn_sink != nullptr && head_hi < p.num_heads ? p.attn_sink[head_hi] : -INFINITY;
     FinalizedRow fin[2];
-    fin[0] = finalize_row(row_max[0], quad_sum(row_sum[0]), sink_lo);
-    fin[1] = finalize_row(row_max[1], quad_sum(row_sum[1]), sink_hi);
+    fin[0] = finalize_row(row_max[0], quad_sum(row_sum[0]), sink_lo, p.empty_token_lse);
+    fin[1] = finalize_row(row_max[1], quad_sum(row_sum[1]), sink_hi, p.empty_token_lse);
     if (p.lse != nullptr && frag_quad == 0) {
       if (head_lo < p.num_heads) p.lse[token * p.stride_lse_token + head_lo] = fin[0].lse;
       if (head_hi < p.num_heads) p.lse[token * p.stride_lse_token + head_hi] = fin[1].lse;
