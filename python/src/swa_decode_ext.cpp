@@ -442,6 +442,8 @@ struct DecodeScalars {
   std::string extra_kv_format;
   int64_t lens_rows_per_entry;          // tokens one lens entry covers; validate_args' range
   std::optional<int64_t> extra_lens_rows_per_entry;  // default 1 (checked_extra)
+  // -inf (decode's convention) or +inf (flash_mla_exchange's, FlashMLA's) for a token without entries.
+  swa_decode::EmptyTokenLse empty_token_lse = swa_decode::EmptyTokenLse::kNegativeInfinity;
 };
 
 // out[t, h, :] = attention of q[t, h, :] over token t's window entries and, with an extra
@@ -550,6 +552,7 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
       .attn_sink = attn_sink ? static_cast<const float*>(attn_sink->data()) : nullptr,
       .lse = lse ? static_cast<float*>(lse->data()) : nullptr,
       .stride_lse_token = lse ? lse->stride(0) : 0,
+      .empty_token_lse = s.empty_token_lse,
       .out = out.data(),
       .stride_out_token = out.stride(0),
       .stride_out_head = out.stride(1),
@@ -662,6 +665,54 @@ bool first_rows(const ArrayView& q, ArrayView* indices, std::optional<ArrayView>
 // seed_rows: native_swa_decode_attention's convention, indices (T', W) or (1, T', W) and lens (T',)
 // with T' >= T = q.shape[0], of which the first T rows are read; any other layout is refused, and
 // the general path reports it in the seed's argument names.
+// The arrays of one call through the DLPack C exchange API, read in place: q's, and each other
+// argument's when it is an array of q's type (or a subtype) that the API can describe, on q's
+// device. Every step says false, having read nothing it cannot vouch for, and the caller then
+// takes its general path, which reports what is wrong in its own words.
+class ExchangeViews {
+ public:
+  // q's view; false when q's type has no usable exchange API or q is on neither the CPU nor a
+  // CUDA device.
+  bool begin(nb::handle q, ArrayView* q_view) {
+    api_ = swa_decode_py::exchange_api_of(q.ptr());
+    if (api_ == nullptr || !swa_decode_py::exchange_view(api_, q.ptr(), q_view)) return false;
+    if (q_view->device_type() != kDLCPU && q_view->device_type() != kDLCUDA) return false;
+    type_ = Py_TYPE(q.ptr());
+    q_ = *q_view;
+    return true;
+  }
+  bool view(nb::handle h, ArrayView* v) const {
+    return PyObject_TypeCheck(h.ptr(), type_) && swa_decode_py::exchange_view(api_, h.ptr(), v) &&
+           v->device_type() == q_.device_type() && v->device_id() == q_.device_id();
+  }
+  bool view_if_given(nb::handle h, std::optional<ArrayView>* v) const {
+    if (h.is_none()) return true;
+    ArrayView given;
+    if (!view(h, &given)) return false;
+    *v = given;
+    return true;
+  }
+  // The framework's current stream on q's device (0 for CPU arrays).
+  bool stream(uintptr_t* stream) const {
+    *stream = 0;
+    return q_.device_type() != kDLCUDA ||
+           swa_decode_py::exchange_current_stream(api_, q_.device_id(), stream);
+  }
+
+ private:
+  const swa_decode_py::ExchangeApi* api_ = nullptr;
+  PyTypeObject* type_ = nullptr;
+  ArrayView q_{};
+};
+
+// run_decode on the arrays of a framework with the DLPack C exchange API (torch tensors), read in
+// place and run on the framework's current stream of q's device. Returns false, having run
+// nothing, when ExchangeViews cannot vouch for an argument; everything else raises here as from
+// decode().
+//
+// seed_rows: native_swa_decode_attention's convention, indices (T', W) or (1, T', W) and lens (T',)
+// with T' >= T = q.shape[0], of which the first T rows are read; any other layout is refused, and
+// the general path reports it in the seed's argument names.
 bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb::handle indices,
                      nb::handle lens, nb::handle attn_sink, nb::handle out, nb::handle lse,
                      int64_t block_size, std::optional<double> scale,
@@ -671,45 +722,134 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
                      std::string kv_format, std::string extra_kv_format,
                      int64_t lens_rows_per_entry,
                      std::optional<int64_t> extra_lens_rows_per_entry, bool seed_rows) {
-  const swa_decode_py::ExchangeApi* api = swa_decode_py::exchange_api_of(q.ptr());
-  if (api == nullptr) return false;
+  ExchangeViews views;
   DecodeArrays a{};
-  if (!swa_decode_py::exchange_view(api, q.ptr(), &a.q)) return false;
-  if (a.q.device_type() != kDLCPU && a.q.device_type() != kDLCUDA) return false;
-  PyTypeObject* const type = Py_TYPE(q.ptr());
-  const auto view = [&](nb::handle h, ArrayView* v) {
-    return PyObject_TypeCheck(h.ptr(), type) && swa_decode_py::exchange_view(api, h.ptr(), v) &&
-           v->device_type() == a.q.device_type() && v->device_id() == a.q.device_id();
-  };
-  const auto view_if_given = [&](nb::handle h, std::optional<ArrayView>* v) {
-    if (h.is_none()) return true;
-    ArrayView given;
-    if (!view(h, &given)) return false;
-    *v = given;
-    return true;
-  };
-  if (!view(kv_cache, &a.kv_cache) || !view_if_given(inv_scale, &a.inv_scale) ||
-      !view(indices, &a.indices) || !view_if_given(lens, &a.lens) || !view(out, &a.out) ||
-      !view_if_given(attn_sink, &a.attn_sink) || !view_if_given(lse, &a.lse) ||
-      !view_if_given(extra_kv_cache, &a.extra_kv_cache) ||
-      !view_if_given(extra_inv_scale, &a.extra_inv_scale) ||
-      !view_if_given(extra_indices, &a.extra_indices) ||
-      !view_if_given(extra_lens, &a.extra_lens)) {
+  if (!views.begin(q, &a.q)) return false;
+  if (!views.view(kv_cache, &a.kv_cache) || !views.view_if_given(inv_scale, &a.inv_scale) ||
+      !views.view(indices, &a.indices) || !views.view_if_given(lens, &a.lens) ||
+      !views.view(out, &a.out) || !views.view_if_given(attn_sink, &a.attn_sink) ||
+      !views.view_if_given(lse, &a.lse) || !views.view_if_given(extra_kv_cache, &a.extra_kv_cache) ||
+      !views.view_if_given(extra_inv_scale, &a.extra_inv_scale) ||
+      !views.view_if_given(extra_indices, &a.extra_indices) ||
+      !views.view_if_given(extra_lens, &a.extra_lens)) {
     return false;
   }
   // The first T rows' shapes, for views of the seed's longer tensors; they outlive run_decode.
   int64_t index_dims[2], lens_rows[1];
   if (seed_rows && !first_rows(a.q, &a.indices, &a.lens, index_dims, lens_rows)) return false;
   uintptr_t stream = 0;
-  if (a.q.device_type() == kDLCUDA &&
-      !swa_decode_py::exchange_current_stream(api, a.q.device_id(), &stream)) {
-    return false;
-  }
+  if (!views.stream(&stream)) return false;
   run_decode(a,
              scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
                         std::move(kv_format), std::move(extra_kv_format), lens_rows_per_entry,
                         extra_lens_rows_per_entry),
              stream, /*bf16_views=*/0);
+  return true;
+}
+
+// The shape and strides of a view whose dimensions were regrouped (FlashMLA's arrays read as the
+// library's rows); it must outlive the view.
+struct RegroupedDims {
+  int64_t dims[3];
+  int64_t strides[3];
+};
+
+// `a` with its two leading dimensions as one (FlashMLA's (b, s_q, ...) as b * s_q rows), when one
+// stride walks them: the batch stride is s_q times the row stride, or either dimension has one
+// element. Rank 2 to 4.
+bool merge_leading_dims(ArrayView* a, RegroupedDims* storage) {
+  if (a->ndim() < 2 || a->ndim() > 4) return false;
+  const int64_t batch = a->shape(0), rows = a->shape(1);
+  int64_t stride = a->stride(1);
+  if (rows == 1) {
+    stride = a->stride(0);
+  } else if (batch > 1 && a->stride(0) != rows * a->stride(1)) {
+    return false;
+  }
+  storage->dims[0] = batch * rows;
+  storage->strides[0] = stride;
+  for (size_t i = 2; i < a->ndim(); ++i) {
+    storage->dims[i - 1] = a->shape(i);
+    storage->strides[i - 1] = a->stride(i);
+  }
+  a->rank -= 1;
+  a->dims = storage->dims;
+  a->strides_ = storage->strides;
+  return true;
+}
+
+// FlashMLA's lse (b, h_q, s_q) as the library's (b * s_q, h_q) rows: its last two dimensions
+// swapped, then merged.
+bool lse_rows(ArrayView* lse, RegroupedDims* storage) {
+  if (lse->ndim() != 3) return false;
+  RegroupedDims swapped{.dims = {lse->shape(0), lse->shape(2), lse->shape(1)},
+                        .strides = {lse->stride(0), lse->stride(2), lse->stride(1)}};
+  lse->dims = swapped.dims;
+  lse->strides_ = swapped.strides;
+  return merge_leading_dims(lse, storage);
+}
+
+// Whether a has `rank` dimensions whose leading ones are (batch, s_q) (FlashMLA's per-row arrays).
+bool has_rows(const ArrayView& a, size_t rank, int64_t batch, int64_t s_q) {
+  return a.ndim() == rank && a.shape(0) == batch && a.shape(1) == s_q;
+}
+
+// swa_decode.flash_mla.flash_mla_with_kvcache on torch tensors outside any trace, with FlashMLA's
+// shapes read in place: q and out (b, s_q, h_q, 512), indices and extra_indices (b, s_q, topk),
+// topk_length and extra_topk_length (b,) (one length for the s_q rows of a batch row), lse
+// (b, h_q, s_q) (the caller's, any strides that swap and merge into rows), both caches kModel1
+// (their block size is their shape[1]). The kernel writes +inf for a row without entries, FlashMLA's
+// convention. False, having run nothing, for anything else (an argument ExchangeViews refuses, a
+// shape that is not FlashMLA's, strides that do not merge): the caller's general path reshapes
+// and reports. Everything the library checks raises as from decode().
+bool flash_mla_exchange(nb::handle q, nb::handle k_cache, nb::handle indices, nb::handle topk_length,
+                        nb::handle attn_sink, nb::handle out, nb::handle lse,
+                        std::optional<double> scale, nb::handle extra_k_cache,
+                        nb::handle extra_indices, nb::handle extra_topk_length) {
+  ExchangeViews views;
+  DecodeArrays a{};
+  if (!views.begin(q, &a.q)) return false;
+  ArrayView lse_view;
+  if (!views.view(k_cache, &a.kv_cache) || !views.view(indices, &a.indices) ||
+      !views.view_if_given(topk_length, &a.lens) || !views.view(out, &a.out) ||
+      !views.view_if_given(attn_sink, &a.attn_sink) || !views.view(lse, &lse_view) ||
+      !views.view_if_given(extra_k_cache, &a.extra_kv_cache) ||
+      !views.view_if_given(extra_indices, &a.extra_indices) ||
+      !views.view_if_given(extra_topk_length, &a.extra_lens)) {
+    return false;
+  }
+  const bool has_extra = a.extra_kv_cache.has_value();
+  if (has_extra != a.extra_indices.has_value() || (!has_extra && a.extra_lens)) return false;
+  if (a.q.ndim() != 4 || a.kv_cache.ndim() < 2 || (has_extra && a.extra_kv_cache->ndim() < 2)) {
+    return false;
+  }
+  const int64_t batch = a.q.shape(0), s_q = a.q.shape(1), h_q = a.q.shape(2);
+  const auto is_batch_lengths = [&](const std::optional<ArrayView>& lens) {
+    return !lens || (lens->ndim() == 1 && lens->shape(0) == batch);
+  };
+  if (!has_rows(a.indices, 3, batch, s_q) || !is_batch_lengths(a.lens) ||
+      (has_extra && !has_rows(*a.extra_indices, 3, batch, s_q)) || !is_batch_lengths(a.extra_lens) ||
+      !has_rows(a.out, 4, batch, s_q) || a.out.shape(2) != h_q || a.out.shape(3) != a.q.shape(3) ||
+      lse_view.ndim() != 3 || lse_view.shape(0) != batch || lse_view.shape(1) != h_q ||
+      lse_view.shape(2) != s_q) {
+    return false;
+  }
+  RegroupedDims q_rows, out_rows, index_rows, extra_index_rows, lse_storage;
+  if (!merge_leading_dims(&a.q, &q_rows) || !merge_leading_dims(&a.out, &out_rows) ||
+      !merge_leading_dims(&a.indices, &index_rows) ||
+      (has_extra && !merge_leading_dims(&*a.extra_indices, &extra_index_rows)) ||
+      !lse_rows(&lse_view, &lse_storage)) {
+    return false;
+  }
+  a.lse = lse_view;
+  uintptr_t stream = 0;
+  if (!views.stream(&stream)) return false;
+  DecodeScalars scalars = scalars_of(
+      a.kv_cache.shape(1), scale, std::nullopt,
+      has_extra ? std::optional<int64_t>(a.extra_kv_cache->shape(1)) : std::nullopt, std::nullopt,
+      kModel1Name, kModel1Name, s_q, has_extra ? std::optional<int64_t>(s_q) : std::nullopt);
+  scalars.empty_token_lse = swa_decode::EmptyTokenLse::kPositiveInfinity;
+  run_decode(a, scalars, stream, /*bf16_views=*/0);
   return true;
 }
 
@@ -751,6 +891,14 @@ NB_MODULE(_C, m) {
         "when an argument is not such an array on q's device (or q is on neither the CPU nor a "
         "CUDA device): the caller then takes the general path. seed_rows: indices and lens may "
         "have more rows than q (native_swa_decode_attention's convention); the first T are read.");
+  m.def("flash_mla_exchange", &flash_mla_exchange, nb::arg("q"), nb::arg("k_cache"),
+        nb::arg("indices"), nb::arg("topk_length").none(), nb::arg("attn_sink").none(),
+        nb::arg("out"), nb::arg("lse"), nb::arg("scale").none(), nb::arg("extra_k_cache").none(),
+        nb::arg("extra_indices").none(), nb::arg("extra_topk_length").none(),
+        "flash_mla.flash_mla_with_kvcache's eager call: FlashMLA's shapes (q, out (b, s_q, h_q, "
+        "512), indices (b, s_q, topk), lengths (b,), lse (b, h_q, s_q)) read in place, 'model1' "
+        "caches, +inf lse for a row without entries. Returns False, having run nothing, for "
+        "anything it cannot read so: the caller then takes the general path.");
   m.def("version", []() { return std::string(swa_decode::version()); });
   // include/swa_decode/limits.h, re-exported by swa_decode.limits.
   m.attr("GPU_HEAD_DIM") = swa_decode::kGpuHeadDim;

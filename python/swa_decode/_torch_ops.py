@@ -72,7 +72,7 @@ def _version_bumper():
         return lambda tensors: [torch._C._increment_version(t) for t in tensors]
 
 
-_increment_versions = _version_bumper()
+increment_versions = _version_bumper()  # also flash_mla's eager call, for the out= it writes
 
 
 def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, return_lse,
@@ -106,7 +106,7 @@ def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, ret
                               formats[0], formats[1], lens_rows[0], lens_rows[1], seed_rows):
         return None
     if mutated:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
-        _increment_versions(mutated if lse is None else (out, lse))
+        increment_versions(mutated if lse is None else (out, lse))
     return (out, lse) if return_lse else out
 
 

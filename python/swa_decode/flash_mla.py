@@ -16,6 +16,8 @@ from typing import Optional
 
 import torch
 
+from swa_decode import _C
+from swa_decode import _torch_ops
 from swa_decode._api import decode
 
 HEAD_DIM = 512  # q, k and v: MODEL1 rows are 512 dims (448 e4m3 + 64 bf16 RoPE)
@@ -73,6 +75,29 @@ def _rows(indices, name: str, batch: int, s_q: int):
     return indices.reshape(batch * s_q, indices.shape[2])
 
 
+def _flash_mla_eager(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+                     extra_topk_length, scale, out):
+    """The call for torch tensors outside any trace (``_torch_ops.eager(q)``, q 4-D): the binding
+    reads FlashMLA's shapes in place and the kernel writes the +inf of an empty row, so the call
+    costs two allocations (lse, and out without out=) and one binding call, not the general path's
+    reshapes, decode() and pass over lse (~14 -> ~4 us of host time on a CPU,
+    docs/perf-notes.md). None, having run nothing, when the binding cannot vouch for the arguments:
+    the general path then reports them."""
+    batch, s_q, h_q, _ = q.shape
+    out_given = out is not None
+    if not out_given:
+        out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    # The layout the general path returns: (b, h_q, s_q) over a (b, s_q, h_q) buffer.
+    lse = torch.empty_strided((batch, h_q, s_q), (s_q * h_q, 1, h_q), dtype=torch.float32,
+                              device=q.device)
+    if not _C.flash_mla_exchange(q, k_cache, indices, topk_length, attn_sink, out, lse, scale,
+                                 extra_k_cache, extra_indices, extra_topk_length):
+        return None
+    if out_given:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
+        _torch_ops.increment_versions((out,))
+    return out, lse
+
+
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                            tile_scheduler_metadata, num_splits=None, softmax_scale=None,
                            causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
@@ -115,6 +140,13 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         raise ValueError("extra_indices_in_kvcache and extra_topk_length need extra_k_cache")
     if extra_k_cache is not None and extra_indices_in_kvcache is None:
         raise ValueError("extra_k_cache needs extra_indices_in_kvcache (b, s_q, topk) int32")
+    scale = None if softmax_scale is None else float(softmax_scale)  # None: 512 ** -0.5
+    if _torch_ops.eager(q) and q.ndim == 4:
+        result = _flash_mla_eager(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
+                                  extra_indices_in_kvcache, extra_topk_length, scale, out)
+        if result is not None:
+            return result
+    # The general path: a traced call (the custom ops), or arguments the binding refused.
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor (b, s_q, h_q, 512) bf16, got "
                         f"{type(q).__name__}")
@@ -150,10 +182,12 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     # The library's lse is (rows, h_q) with unit stride in h_q; FlashMLA's (b, h_q, s_q) is its
     # transpose, a view.
     lse_rows = torch.empty((rows, h_q), dtype=torch.float32, device=q.device)
-    scale = HEAD_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
+    if scale is None:
+        scale = HEAD_DIM ** -0.5
     decode(q.reshape(rows, h_q, head_dim), k_cache, None, window, lens,
            block_size=k_cache.shape[1], scale=scale, attn_sink=attn_sink, out=out_rows,
            return_lse=True, lse=lse_rows, kv_format="model1", lens_rows_per_entry=s_q, **extra)
-    # An empty row's -inf becomes FlashMLA's +inf in place; NaN (a NaN q head) stays NaN.
+    # An empty row's -inf becomes FlashMLA's +inf in place (the eager call has the kernel write
+    # it); NaN (a NaN q head) stays NaN.
     lse_rows.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
     return out, lse_rows.view(batch, s_q, h_q).transpose(1, 2)

@@ -352,6 +352,82 @@ def test_both_sources_in_one_cache_on_cuda():
                             512 ** -0.5, sink)
 
 
+# ---- the eager call and the general path ------------------------------------------------------
+def two_source_case(gen, s_q):
+    """A batch of 4 rows of s_q query rows over both sources, rows 1 and 3 without entries."""
+    batch, topk, extra_topk, h_q, block_size = 4, 16, 6, 16, 64
+    live = list(range(0, 3 * block_size, 3))
+    cache = filled_cache(gen, 4, block_size, live)
+    extra_live = [1, 2, 3]
+    extra = filled_cache(gen, 2, 2, extra_live, extra_rows=1)
+    lens = torch.tensor([topk, 0, 7, 3], dtype=torch.int32)
+    extra_lens = torch.tensor([2, 0, 0, 0], dtype=torch.int32)
+    indices = random_indices(gen, batch, s_q, topk, live, lens, dead_slot=1)
+    indices[3] = -1
+    extra_indices = random_indices(gen, batch, s_q, extra_topk, extra_live, extra_lens,
+                                   dead_slot=0)
+    q = make_q(gen, batch, s_q, h_q)
+    sink = torch.randn(h_q, generator=gen, dtype=torch.float32)
+    return q, (cache, indices, lens), (extra, extra_indices, extra_lens), sink
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("s_q", [1, 3])
+@pytest.mark.parametrize("out_given", [False, True])
+def test_eager_call_equals_the_general_path(s_q, out_given, device, monkeypatch):
+    """An eager call goes to the binding alone (decode() is never called) and gives, bit for bit,
+    what the general path (the custom ops, as under a trace) gives: out, lse with the same
+    strides, +inf for the rows without entries."""
+    gen = torch.Generator().manual_seed(60 + s_q)
+    q, (cache, indices, lens), (extra, extra_indices, extra_lens), sink = two_source_case(gen, s_q)
+    q_on, indices_on, lens_on, extra_indices_on, extra_lens_on, sink_on = on(
+        device, q, indices, lens, extra_indices, extra_lens, sink)
+    window_view, extra_view = cache.view(device=device), extra.view(device=device)
+
+    def flash_mla():
+        out = torch.full(q.shape, math.nan, dtype=torch.bfloat16, device=device)
+        returned = call(q_on, window_view, indices_on, topk_length=lens_on, attn_sink=sink_on,
+                        extra_k_cache=extra_view, extra_indices_in_kvcache=extra_indices_on,
+                        extra_topk_length=extra_lens_on, out=out if out_given else None)
+        assert returned[0] is out or not out_given
+        return returned
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("the eager call went through decode()")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(flash_mla_interface, "decode", no_decode)
+        eager_out, eager_lse = flash_mla()
+    with monkeypatch.context() as patch:
+        patch.setattr(swa_decode._torch_ops, "eager", lambda q: False)
+        general_out, general_lse = flash_mla()
+    assert torch.equal(eager_out, general_out)
+    assert eager_lse.shape == general_lse.shape == (4, 16, s_q)
+    assert eager_lse.stride() == general_lse.stride()
+    assert torch.equal(eager_lse, general_lse)
+    assert (eager_lse[1] == math.inf).all() and (eager_lse[3] == math.inf).all()
+    check_against_reference(eager_out, eager_lse, q, [(cache, indices, lens),
+                                                      (extra, extra_indices, extra_lens)],
+                            512 ** -0.5, sink)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_eager_call_leaves_what_it_cannot_read_to_the_general_path(device):
+    """Strides that do not merge into rows (out over every other batch row of a larger buffer,
+    indices the same) are the general path's: it copies the indices and reports out."""
+    gen = torch.Generator().manual_seed(70)
+    q, (cache, indices, lens), _, _ = two_source_case(gen, 2)
+    q_on, lens_on = on(device, q, lens)
+    spaced_indices = on(device, indices).repeat_interleave(2, dim=0)[::2]
+    assert not spaced_indices.is_contiguous()
+    out, lse = call(q_on, cache.view(device=device), spaced_indices, topk_length=lens_on)
+    check_against_reference(out, lse, q, [(cache, indices, lens)], 512 ** -0.5, None)
+    spaced_out = torch.empty((8, 2, 16, D), dtype=torch.bfloat16, device=device)[::2]
+    with pytest.raises(ValueError, match="out must be viewable as"):
+        call(q_on, cache.view(device=device), on(device, indices), topk_length=lens_on,
+             out=spaced_out)
+
+
 # ---- playing an engine -----------------------------------------------------------------------
 VLLM_REAL_ROWS, VLLM_ROWS, VLLM_BLOCK = 3, 5, 64
 
