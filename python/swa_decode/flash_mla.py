@@ -85,8 +85,8 @@ def _flash_mla_eager(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
     the general path then reports them."""
     batch, s_q, h_q, _ = q.shape
     out_given = out is not None
-    if not out_given:
-        out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    if not out_given:  # q's shape and dtype (bf16, or the binding raises): 1.0 us, torch.empty 2.5
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
     # The layout the general path returns: (b, h_q, s_q) over a (b, s_q, h_q) buffer.
     lse = torch.empty_strided((batch, h_q, s_q), (s_q * h_q, 1, h_q), dtype=torch.float32,
                               device=q.device)
