@@ -6,7 +6,9 @@
 // early would turn NaN out.
 #include <cstdint>
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -57,6 +59,52 @@ TEST_F(GpuChainedCalls, EachCallReadsTheOutputOfTheCallBeforeIt) {
     second.q = q;
     const CheckReport second_report = check_outputs(second, download_outputs(second_device));
     EXPECT_TRUE(second_report.ok) << second_report.summary() << "\n" << second_report.failures;
+  }
+}
+
+// Two host threads on one device, each on its own stream, launch the same kernel with two shared
+// memory sizes: the portable kernel's ring and entry lists grow with the window (W = 16 against
+// 128, both with an extra source, which makes T = 8 the portable kernel's under decode()'s pick).
+// A limit set to each launch's own size could drop under the larger launch between its raise and
+// its launch, which then fails (src/common/kernel_launch.h, DynamicSmemLimit). Every call must
+// succeed and both outputs match.
+TEST_F(GpuChainedCalls, TwoHostThreadsLaunchOneKernelWithTwoSharedMemorySizes) {
+  std::array<HostBatch, 2> batches;
+  std::array<DeviceBatch, 2> devices;
+  std::array<Stream, 2> streams;
+  std::array<DecodeArgs, 2> args;
+  const int64_t windows[2] = {16, 128};
+  for (int i = 0; i < 2; ++i) {
+    BatchOptions options;
+    options.num_tokens = 8;
+    options.num_heads = 64;
+    options.window_size = windows[i];
+    options.seed = 77 + i;
+    options.extra = ExtraOptions{.compress_ratio = 4, .top_k = 64, .max_entries = 64};
+    SCOPED_TRACE(describe(options));
+    batches[i] = make_batch(options);
+    devices[i] = upload_batch(batches[i]);
+    args[i] = device_args(batches[i], devices[i], 0, batches[i].num_tokens, streams[i].get());
+    if (!admit(args[i])) return;
+  }
+  constexpr int kRounds = 300;
+  std::array<int, 2> failures = {0, 0};
+  std::array<Status, 2> first_failure;
+  auto launch_rounds = [&](int i) {
+    for (int round = 0; round < kRounds; ++round) {
+      const Status status = run_decode(args[i]);
+      if (!status.ok() && failures[i]++ == 0) first_failure[i] = status;
+    }
+  };
+  std::thread small(launch_rounds, 0);
+  std::thread large(launch_rounds, 1);
+  small.join();
+  large.join();
+  for (int i = 0; i < 2; ++i) {
+    streams[i].synchronize();
+    EXPECT_EQ(failures[i], 0) << "W = " << windows[i] << ": " << first_failure[i].message;
+    const CheckReport report = check_outputs(batches[i], download_outputs(devices[i]));
+    EXPECT_TRUE(report.ok) << "W = " << windows[i] << ": " << report.summary() << "\n" << report.failures;
   }
 }
 

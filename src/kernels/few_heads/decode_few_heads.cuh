@@ -363,7 +363,7 @@ cudaError_t launch_few_heads_variant(const DecodeParams& params, bool dependent_
       .dependent_launch = dependent_launch,
       .stream = stream,
   };
-  return launch_kernel(few_heads::decode_few_heads_kernel<kHeadTiles>, launch, params);
+  return launch_kernel<few_heads::decode_few_heads_kernel<kHeadTiles>>(launch, params);
 }
 
 }  // namespace swa_decode

@@ -500,7 +500,6 @@ cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, 
                                              portable::list_shape(params.window.max_entries, kHasExtra,
                                                                   {kWindowModel1, kExtraModel1}))
                              .total_bytes;
-  const auto kernel = portable::decode_portable_kernel<kHeadGroups, kSplitWindow, kHasExtra, kWindowModel1, kExtraModel1>;
   constexpr int kHeadsPerCta = kHeadGroups * portable::kHeadsPerGroup;
   // x: tokens (times the splits), y: head blocks (up to 8).
   const KernelLaunch launch{
@@ -512,7 +511,8 @@ cudaError_t launch_portable_variant(const DecodeParams& params, int num_stages, 
       .dependent_launch = dependent_launch,
       .stream = stream,
   };
-  return launch_kernel(kernel, launch, params, num_stages);
+  return launch_kernel<portable::decode_portable_kernel<kHeadGroups, kSplitWindow, kHasExtra, kWindowModel1, kExtraModel1>>(
+      launch, params, num_stages);
 }
 
 template <int kHeadGroups, bool kHasExtra, bool kWindowModel1, bool kExtraModel1>

@@ -105,7 +105,7 @@ cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, 
                             .cluster_ctas = 1,
                             .dependent_launch = dependent_launch,
                             .stream = stream};
-  return launch_kernel(sm90::decode_sm90_kernel<kModel1>, launch, params, q_map);
+  return launch_kernel<sm90::decode_sm90_kernel<kModel1>>(launch, params, q_map);
 }
 
 }  // namespace swa_decode

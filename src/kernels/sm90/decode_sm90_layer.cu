@@ -17,7 +17,7 @@ cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q
                             .cluster_ctas = kCtasPerToken,  // H <= 64 launches without a cluster
                             .dependent_launch = dependent_launch,
                             .stream = stream};
-  return launch_kernel(sm90::decode_sm90_layer_kernel<kCtasPerToken, kSplitGather>, launch, params, q_map);
+  return launch_kernel<sm90::decode_sm90_layer_kernel<kCtasPerToken, kSplitGather>>(launch, params, q_map);
 }
 
 }  // namespace
