@@ -64,7 +64,8 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
 
     The extra source (DeepSeek-V4's compressed entries, attended in the same softmax after the
     window's entries): extra_kv_cache (extra_num_blocks, extra_block_size, D), extra_inv_scale,
-    extra_indices (T, >= extra_window) and extra_lens (T,), each with the window's dtypes and
+    extra_indices (T, >= extra_window) and extra_lens (T / extra_lens_rows_per_entry,), each with
+    the window's dtypes and
     layout rules, and extra_block_size; give all of them or none (extra_lens may be None, as lens
     may). extra_window (the extra index columns read per token, up to limits.MAX_EXTRA_ENTRIES)
     defaults to extra_indices.shape[-1], extra_lens_rows_per_entry (lens_rows_per_entry's
@@ -76,8 +77,9 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     float8_e4m3fn view whose blocks hold block_size 576-byte rows (448 e4m3 bytes, 64 bf16 RoPE
     values) and then block_size 8-byte scale rows (7 UE8M0 bytes), the block stride padded to a
     multiple of 576 bytes; D = 512. A "model1" source's scales are in the cache: its inv_scale is
-    not read and may be None. The CPU reference reads "model1"; on CUDA tensors the GPU kernels
-    do not read it yet and the call raises the library's kNotSupported message (ValueError).
+    not read and may be None. The CPU reference and the portable and sm90 GPU kernels read
+    "model1" (the few-heads kernel does not, and decode() picks another); on the GPU a "model1"
+    cache must be 16-byte aligned.
 
     scale defaults to D ** -0.5, window_size to indices.shape[-1]. Returns out (T, H, D) bf16, or
     (out, lse) with lse (T, H) fp32 (natural log, without the sink) when return_lse. out= (and lse=)
