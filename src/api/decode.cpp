@@ -12,6 +12,7 @@
 
 #include "src/api/decode.h"
 #include "src/api/validate.h"
+#include "src/dispatch/built_targets.h"
 #include "src/dispatch/launch.h"
 #include "src/dispatch/select_kernel.h"
 #include "src/reference/reference.h"
@@ -171,7 +172,12 @@ SupportInfo support_for(const DecodeArgs& args, int device_ordinal, const Device
       const Status probe = device_info(device_ordinal, &device);
       if (!probe.ok()) return not_supported(probe.message);
     }
-    return from_choice(select_kernel(decode_shape(make_params(args)), device, only));
+    const KernelChoice choice = select_kernel(decode_shape(make_params(args)), device, only);
+    if (described == nullptr && choice.kernel != nullptr) {  // a described device is any build's
+      std::string missing = build_why_not(*choice.kernel, device);
+      if (!missing.empty()) return not_supported(std::move(missing));
+    }
+    return from_choice(choice);
   } catch (const std::exception& e) {
     return not_supported(from_exception(e.what()).message);
   }
@@ -191,6 +197,8 @@ Status run(const DecodeArgs& args, KernelId only, bool cpu_allowed) noexcept {
     const DecodeParams params = make_params(args);
     const KernelChoice choice = select_kernel(decode_shape(params), device, only);
     if (choice.kernel == nullptr) return {StatusCode::kNotSupported, choice.why_not};
+    std::string missing = build_why_not(*choice.kernel, device);
+    if (!missing.empty()) return {StatusCode::kNotSupported, std::move(missing)};
     return launch_decode(params, *choice.kernel, choice.plan, args.stream);
   } catch (const std::exception& e) {
     try {

@@ -11,6 +11,7 @@
 #include "swa_decode/limits.h"
 #include "src/api/decode.h"
 #include "src/api/validate.h"
+#include "src/dispatch/built_targets.h"
 #include "src/dispatch/select_kernel.h"
 #include "src/kernels/portable/portable_plan.h"
 #include "src/kernels/sm90/sm90_plan.h"
@@ -996,6 +997,56 @@ TEST(QuerySupport, CurrentDeviceAnswersEitherWay) {
   } else {
     EXPECT_FALSE(info.why_not.empty());
   }
+}
+
+// CUDA's rules for which code a device loads: SASS of its major at or below it, PTX at or below it
+// (JIT-compiled), arch-specific targets on their own compute capability alone, family targets
+// within their major.
+TEST(BuiltTargets, ADeviceRunsTheCodeCudaLoadsForIt) {
+  using Scope = BuiltTarget::Scope;
+  const BuiltTarget plain90{.cc = 90, .sass = true, .ptx = true, .scope = Scope::kAny};
+  const BuiltTarget real80{.cc = 80, .sass = true, .ptx = false, .scope = Scope::kAny};
+  const BuiltTarget virtual80{.cc = 80, .sass = false, .ptx = true, .scope = Scope::kAny};
+  const BuiltTarget arch90a{.cc = 90, .sass = true, .ptx = true, .scope = Scope::kArch};
+  const BuiltTarget family100f{.cc = 100, .sass = true, .ptx = true, .scope = Scope::kFamily};
+  EXPECT_TRUE(target_runs_on(plain90, 90));
+  EXPECT_TRUE(target_runs_on(plain90, 100));   // PTX
+  EXPECT_FALSE(target_runs_on(plain90, 80));
+  EXPECT_FALSE(target_runs_on(plain90, 89));
+  EXPECT_TRUE(target_runs_on(real80, 86));     // SASS within its major
+  EXPECT_FALSE(target_runs_on(real80, 90));    // no PTX to compile
+  EXPECT_TRUE(target_runs_on(virtual80, 120));
+  EXPECT_FALSE(target_runs_on(virtual80, 75));
+  EXPECT_TRUE(target_runs_on(arch90a, 90));
+  EXPECT_FALSE(target_runs_on(arch90a, 100));
+  EXPECT_TRUE(target_runs_on(family100f, 103));
+  EXPECT_FALSE(target_runs_on(family100f, 120));
+}
+
+// A device the shared checks accept but the build has no portable code for is refused with the
+// targets named; the other families (sm_90a alone) and builds whose targets are unknown pass.
+TEST(BuiltTargets, TheSelectionSaysWhichTargetsTheBuildHas) {
+  using Scope = BuiltTarget::Scope;
+  const KernelRecord& portable = *find_kernel(KernelId::kPortableMma);
+  const std::vector<BuiltTarget> only90 = {{.cc = 90, .sass = true, .ptx = true, .scope = Scope::kAny}};
+  const std::string why = build_why_not(portable, kA100, only90);
+  EXPECT_TRUE(contains(why, "this build has no code for compute capability 8.0")) << why;
+  EXPECT_TRUE(contains(why, "built for 90 (CMake's SWA_DECODE_PORTABLE_ARCHS)")) << why;
+  EXPECT_EQ(build_why_not(portable, kH200, only90), "");
+  EXPECT_EQ(build_why_not(portable, kA100, {}), "");
+  EXPECT_EQ(build_why_not(*find_kernel(KernelId::kSm90Wgmma), kA100, only90), "");
+  const std::vector<BuiltTarget> real_only = {{.cc = 80, .sass = true, .ptx = false, .scope = Scope::kAny},
+                                              {.cc = 90, .sass = false, .ptx = true, .scope = Scope::kArch}};
+  const std::string both = build_why_not(portable, DeviceInfo{.cc_major = 12, .cc_minor = 0, .num_sms = 1, .smem_optin_bytes = 1},
+                                           real_only);
+  EXPECT_TRUE(contains(both, "built for 80-real, 90a-virtual")) << both;
+}
+
+// This build lists its targets, and every build of the project covers the H200 (sm_90 is always a
+// target: scripts/test.sh and the wheel build it alone).
+TEST(BuiltTargets, ThisBuildListsItsTargetsAndRunsOnSm90) {
+  EXPECT_FALSE(portable_targets().empty());
+  EXPECT_EQ(build_why_not(*find_kernel(KernelId::kPortableMma), kH200), "");
 }
 
 TEST(Version, IsSemantic) { EXPECT_STREQ(version(), "0.1.0"); }
