@@ -107,7 +107,12 @@ cudaError_t launch_kernel(const KernelLaunch& launch, Args&&... args) {
   err = cudaLaunchKernelEx(&config, kKernel, args...);
   if (err != cudaErrorInvalidValue) return err;
   // Perhaps a limit a cudaDeviceReset took back: once more with the limit set. The failed launch
-  // ran nothing; its error, which cudaGetLastError would report after the retry, is cleared.
+  // ran nothing; its error, which cudaGetLastError would report after the retry, is cleared. Not
+  // while the stream is being captured (no reset can come between): the error stays the launch's.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(launch.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    return err;
+  }
   (void)cudaGetLastError();
   if (limit.reset_to(function, launch.smem_bytes) != cudaSuccess) return err;
   return cudaLaunchKernelEx(&config, kKernel, std::forward<Args>(args)...);
