@@ -412,6 +412,48 @@ def test_eager_call_equals_the_general_path(s_q, out_given, device, monkeypatch)
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("s_q", [1, 2])
+def test_eager_call_reads_strided_views_in_place(s_q, device, monkeypatch):
+    """q and out as the first 16 heads of 24-head buffers, the indices as the first columns of
+    wider rows, lse as given: strides that still merge b and s_q are read in place (decode() is
+    never called) and give what the general path gives."""
+    gen = torch.Generator().manual_seed(80 + s_q)
+    q, (cache, indices, lens), (extra, extra_indices, extra_lens), sink = two_source_case(gen, s_q)
+    batch, _, h_q, _ = q.shape
+    wide_q = torch.zeros(batch, s_q, h_q + 8, D, dtype=torch.bfloat16)
+    wide_q[:, :, :h_q] = q
+    wide_indices = torch.full((batch, s_q, indices.shape[2] + 5), 1, dtype=torch.int32)
+    wide_indices[:, :, :indices.shape[2]] = indices
+    q_view = on(device, wide_q)[:, :, :h_q]
+    indices_view = on(device, wide_indices)[:, :, :indices.shape[2]]
+    assert not q_view.is_contiguous() and not indices_view.is_contiguous()
+    window_view, extra_view = cache.view(device=device), extra.view(device=device)
+    lens_on, extra_indices_on, extra_lens_on, sink_on = on(device, lens, extra_indices, extra_lens,
+                                                           sink)
+
+    def flash_mla():
+        out = torch.full((batch, s_q, h_q + 8, D), math.nan, dtype=torch.bfloat16,
+                         device=device)[:, :, :h_q]
+        return call(q_view, window_view, indices_view, topk_length=lens_on, attn_sink=sink_on,
+                    extra_k_cache=extra_view, extra_indices_in_kvcache=extra_indices_on,
+                    extra_topk_length=extra_lens_on, out=out)
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("the eager call went through decode()")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(flash_mla_interface, "decode", no_decode)
+        eager_out, eager_lse = flash_mla()
+    with monkeypatch.context() as patch:
+        patch.setattr(swa_decode._torch_ops, "eager", lambda q: False)
+        general_out, general_lse = flash_mla()
+    assert torch.equal(eager_out, general_out) and torch.equal(eager_lse, general_lse)
+    check_against_reference(eager_out, eager_lse, q, [(cache, indices, lens),
+                                                      (extra, extra_indices, extra_lens)],
+                            512 ** -0.5, sink)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_eager_call_leaves_what_it_cannot_read_to_the_general_path(device):
     """Strides that do not merge into rows (out over every other batch row of a larger buffer,
     indices the same) are the general path's: it copies the indices and reports out."""
