@@ -1,8 +1,9 @@
 // The Python binding: arrays in, one swa_decode::DecodeArgs out, one call to swa_decode::decode.
 // Two ways in, one set of checks: decode() imports DLPack arrays (any framework) through
 // nanobind; decode_exchange() reads the arrays of a framework with the DLPack C exchange API
-// (torch tensors) in place, for the eager torch call (docs/perf-notes.md, "Eager Python call").
-// Both hand ArrayViews to run_decode, which checks what DecodeArgs cannot express (rank, the unit
+// (torch tensors) in place, for the eager torch call (docs/perf-notes.md, "Eager Python call"),
+// and flash_mla_exchange() reads FlashMLA's shapes the same way for flash_mla's eager call.
+// All hand ArrayViews to run_decode, which checks what DecodeArgs cannot express (rank, the unit
 // stride in D, one device for all, the DLPack dtype of each tensor) and every shape a tensor
 // carries that another tensor or an argument can contradict (T, H, D across tensors;
 // kv_cache.shape[1] against block_size; inv_scale.shape[0] against the slots; indices.shape[1]
@@ -655,16 +656,6 @@ bool first_rows(const ArrayView& q, ArrayView* indices, std::optional<ArrayView>
   return true;
 }
 
-// run_decode on the arrays of a framework with the DLPack C exchange API (torch tensors), read in
-// place and run on the framework's current stream of q's device. Returns false, having run
-// nothing, when it cannot vouch for the call: q's type has no usable exchange API, an argument is
-// not an array of q's type (or a subtype) that the API can describe, an array is not on q's
-// device, or q is on neither the CPU nor a CUDA device. The caller then takes its general path,
-// which reports what is wrong in its own words; everything else raises here as from decode().
-//
-// seed_rows: native_swa_decode_attention's convention, indices (T', W) or (1, T', W) and lens (T',)
-// with T' >= T = q.shape[0], of which the first T rows are read; any other layout is refused, and
-// the general path reports it in the seed's argument names.
 // The arrays of one call through the DLPack C exchange API, read in place: q's, and each other
 // argument's when it is an array of q's type (or a subtype) that the API can describe, on q's
 // device. Every step says false, having read nothing it cannot vouch for, and the caller then
