@@ -1,5 +1,5 @@
 // The Python binding: arrays in, one swa_decode::DecodeArgs out, one call to swa_decode::decode.
-// Two ways in, one set of checks: decode() imports DLPack arrays (any framework) through
+// Three ways in, one set of checks: decode() imports DLPack arrays (any framework) through
 // nanobind; decode_exchange() reads the arrays of a framework with the DLPack C exchange API
 // (torch tensors) in place, for the eager torch call (docs/perf-notes.md, "Eager Python call"),
 // and flash_mla_exchange() reads FlashMLA's shapes the same way for flash_mla's eager call.
