@@ -371,6 +371,21 @@ def two_source_case(gen, s_q):
     return q, (cache, indices, lens), (extra, extra_indices, extra_lens), sink
 
 
+def eager_and_general(flash_mla, monkeypatch):
+    """flash_mla()'s result on the eager call, which must not reach decode() (the binding reads
+    FlashMLA's shapes itself), and on the general path (the custom ops, as under a trace)."""
+    def no_decode(*args, **kwargs):
+        raise AssertionError("the eager call went through decode()")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(flash_mla_interface, "decode", no_decode)
+        eager = flash_mla()
+    with monkeypatch.context() as patch:
+        patch.setattr(swa_decode._torch_ops, "eager", lambda q: False)
+        general = flash_mla()
+    return eager, general
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("s_q", [1, 3])
 @pytest.mark.parametrize("out_given", [False, True])
@@ -392,15 +407,7 @@ def test_eager_call_equals_the_general_path(s_q, out_given, device, monkeypatch)
         assert returned[0] is out or not out_given
         return returned
 
-    def no_decode(*args, **kwargs):
-        raise AssertionError("the eager call went through decode()")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(flash_mla_interface, "decode", no_decode)
-        eager_out, eager_lse = flash_mla()
-    with monkeypatch.context() as patch:
-        patch.setattr(swa_decode._torch_ops, "eager", lambda q: False)
-        general_out, general_lse = flash_mla()
+    (eager_out, eager_lse), (general_out, general_lse) = eager_and_general(flash_mla, monkeypatch)
     assert torch.equal(eager_out, general_out)
     assert eager_lse.shape == general_lse.shape == (4, 16, s_q)
     assert eager_lse.stride() == general_lse.stride()
@@ -438,15 +445,7 @@ def test_eager_call_reads_strided_views_in_place(s_q, device, monkeypatch):
                     extra_k_cache=extra_view, extra_indices_in_kvcache=extra_indices_on,
                     extra_topk_length=extra_lens_on, out=out)
 
-    def no_decode(*args, **kwargs):
-        raise AssertionError("the eager call went through decode()")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(flash_mla_interface, "decode", no_decode)
-        eager_out, eager_lse = flash_mla()
-    with monkeypatch.context() as patch:
-        patch.setattr(swa_decode._torch_ops, "eager", lambda q: False)
-        general_out, general_lse = flash_mla()
+    (eager_out, eager_lse), (general_out, general_lse) = eager_and_general(flash_mla, monkeypatch)
     assert torch.equal(eager_out, general_out) and torch.equal(eager_lse, general_lse)
     check_against_reference(eager_out, eager_lse, q, [(cache, indices, lens),
                                                       (extra, extra_indices, extra_lens)],
