@@ -24,7 +24,8 @@ cache, (slots, 1) bf16 scales, int64 indices (T, W) and lens), the drop-in's own
 - flash_mla.flash_mla_with_kvcache: FlashMLA's entry point as vLLM and SGLang call it (q (T, 1, H,
   D), indices (T, 1, W) int32, topk_length (T,) int32, out=) over the same slots in a MODEL1 cache
   (the batch's rows re-laid in blocks of 64 with FlashMLA's padded stride), so its row is the
-  entry point's cost over decode's: the lse it allocates, the +inf of empty rows, the reshapes
+  entry point's cost over decode's: the lse it allocates, the reshapes where a call is traced
+- flash_mla.flash_mla_with_kvcache (new out): the same without out=, which then allocates out too
 
 On the CPU only T = 0 is timed: the float64 reference then does no work, so the row is the host
 cost of the call alone (the layers of docs/perf-notes.md, "Eager Python call").
@@ -115,9 +116,10 @@ def entry_points(inputs):
     indices4 = indices32.view(T, 1, indices.shape[1])
     metadata, num_splits = flash_mla.get_mla_metadata()
     drop_in = lambda: swa_decode.native_swa_decode_attention(*inputs)  # noqa: E731
-    references = {"flash_mla.flash_mla_with_kvcache": lambda: swa_decode.decode(
+    decode_model1 = lambda: swa_decode.decode(  # noqa: E731
         q, k_cache[:, :, 0], None, indices32, lens32, block_size=MODEL1_BLOCK, scale=scale,
-        window_size=window_size, kv_format="model1")}
+        window_size=window_size, kv_format="model1")
+    references = {FLASH_MLA: decode_model1, FLASH_MLA_NEW_OUT: decode_model1}
     return out, references, drop_in, {
         "decode": lambda: swa_decode.decode(q, kv_cache, inv_scale, indices, lens,
                                             block_size=block_size, scale=scale,
@@ -129,10 +131,19 @@ def entry_points(inputs):
         "_C.decode_exchange": lambda: _C.decode_exchange(
             q, kv_cache, inv_scale, indices, lens, None, out, None, block_size, scale,
             window_size, None, None, None, None, None, None),
-        "flash_mla.flash_mla_with_kvcache": lambda: flash_mla.flash_mla_with_kvcache(
+        FLASH_MLA: lambda: flash_mla.flash_mla_with_kvcache(
             q4, k_cache, None, None, D, metadata, num_splits, softmax_scale=scale,
             is_fp8_kvcache=True, indices=indices4, topk_length=lens32, out=out4),
+        FLASH_MLA_NEW_OUT: lambda: flash_mla.flash_mla_with_kvcache(
+            q4, k_cache, None, None, D, metadata, num_splits, softmax_scale=scale,
+            is_fp8_kvcache=True, indices=indices4, topk_length=lens32),
     }
+
+
+# The entry as vLLM and SGLang call it with out= (what a captured step reuses), and without it
+# (the call then allocates out as well as lse).
+FLASH_MLA = "flash_mla.flash_mla_with_kvcache"
+FLASH_MLA_NEW_OUT = "flash_mla.flash_mla_with_kvcache (new out)"
 
 
 def check_entries(out, references, drop_in, calls, sync) -> None:
@@ -150,8 +161,9 @@ def check_entries(out, references, drop_in, calls, sync) -> None:
         if name == "_C.decode_exchange" and not returned:
             raise SystemExit("the binding refused the tensors (no DLPack exchange API in this "
                              f"torch {torch.__version__}?): eager calls take the custom ops")
+        written = returned[0].view_as(out) if name == FLASH_MLA_NEW_OUT else out
         # Not bitwise: a kernel may combine partial results in another order on another call.
-        error = (out.float() - reference.float()).norm() / reference.float().norm()
+        error = (written.float() - reference.float()).norm() / reference.float().norm()
         if reference.numel() and not error <= 1e-3:
             raise SystemExit(f"{name} and its reference disagree (rel L2 {error})")
 
@@ -181,7 +193,7 @@ def main() -> int:
     rows = []
     print(f"device: {device_name}  torch {torch.__version__}  D = 512, W = 128, block_size = 256, "
           f"median of {args.calls} calls")
-    print(f"{'entry':<34} {'H':>4} {'T':>4} {'host us':>8}")
+    print(f"{'entry':<44} {'H':>4} {'T':>4} {'host us':>8}")
     for H in args.heads:
         for T in tokens:
             inputs = bench.make_inputs(T, H, device=args.device)
@@ -190,7 +202,7 @@ def main() -> int:
             for entry, fn in calls.items():
                 us = host_us(fn, args.calls, args.sync_every, sync)
                 rows.append(dict(entry=entry, T=T, H=H, host_us=round(us, 3)))
-                print(f"{entry:<34} {H:>4} {T:>4} {us:>8.2f}")
+                print(f"{entry:<44} {H:>4} {T:>4} {us:>8.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device_name, "torch": torch.__version__,
