@@ -155,6 +155,16 @@ DecodeShape decode_shape(const DecodeParams& params) {
 
 namespace {
 
+// select_kernel's answer for the device this process runs on: a kernel the build has no code for
+// on it (built_targets.h) is no answer, and its why_not says which targets the build has.
+KernelChoice select_on_this_build(const DecodeShape& shape, const DeviceInfo& device, KernelId only) {
+  KernelChoice choice = select_kernel(shape, device, only);
+  if (choice.kernel == nullptr) return choice;
+  std::string missing = build_why_not(*choice.kernel, device);
+  if (missing.empty()) return choice;
+  return KernelChoice{.kernel = nullptr, .plan = {}, .why_not = std::move(missing)};
+}
+
 // Every query: validate, answer kCpu, take `described` or read the device, then ask select_kernel
 // restricted to `only` (KernelId::kNone = free choice). Never throws.
 SupportInfo support_for(const DecodeArgs& args, int device_ordinal, const DeviceInfo* described, KernelId only,
@@ -172,12 +182,10 @@ SupportInfo support_for(const DecodeArgs& args, int device_ordinal, const Device
       const Status probe = device_info(device_ordinal, &device);
       if (!probe.ok()) return not_supported(probe.message);
     }
-    const KernelChoice choice = select_kernel(decode_shape(make_params(args)), device, only);
-    if (described == nullptr && choice.kernel != nullptr) {  // a described device is any build's
-      std::string missing = build_why_not(*choice.kernel, device);
-      if (!missing.empty()) return not_supported(std::move(missing));
-    }
-    return from_choice(choice);
+    const DecodeShape shape = decode_shape(make_params(args));
+    // A described device may be any build's; the one this process reads runs this build's code.
+    return from_choice(described != nullptr ? select_kernel(shape, device, only)
+                                            : select_on_this_build(shape, device, only));
   } catch (const std::exception& e) {
     return not_supported(from_exception(e.what()).message);
   }
@@ -195,10 +203,8 @@ Status run(const DecodeArgs& args, KernelId only, bool cpu_allowed) noexcept {
     const Status probe = device_info(-1, &device);
     if (!probe.ok()) return probe;
     const DecodeParams params = make_params(args);
-    const KernelChoice choice = select_kernel(decode_shape(params), device, only);
+    const KernelChoice choice = select_on_this_build(decode_shape(params), device, only);
     if (choice.kernel == nullptr) return {StatusCode::kNotSupported, choice.why_not};
-    std::string missing = build_why_not(*choice.kernel, device);
-    if (!missing.empty()) return {StatusCode::kNotSupported, std::move(missing)};
     return launch_decode(params, *choice.kernel, choice.plan, args.stream);
   } catch (const std::exception& e) {
     try {

@@ -20,35 +20,40 @@ namespace swa_decode {
 class DynamicSmemLimit {
  public:
   cudaError_t raise_to(const void* kernel, int bytes) {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
+    std::atomic<int>* limit = nullptr;
+    cudaError_t err = current_limit(&limit);
     if (err != cudaSuccess) return err;
-    if (device < 0 || device >= kMaxDevices) return set(kernel, bytes);  // not tracked: every launch sets it
-    std::atomic<int>& limit = limits_[device];
-    if (bytes <= limit.load(std::memory_order_acquire)) return cudaSuccess;
+    if (limit == nullptr) return set(kernel, bytes);  // not tracked: every launch sets it
+    if (bytes <= limit->load(std::memory_order_acquire)) return cudaSuccess;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (bytes <= limit.load(std::memory_order_relaxed)) return cudaSuccess;
+    if (bytes <= limit->load(std::memory_order_relaxed)) return cudaSuccess;
     err = set(kernel, bytes);
-    if (err == cudaSuccess) limit.store(bytes, std::memory_order_release);
+    if (err == cudaSuccess) limit->store(bytes, std::memory_order_release);
     return err;
   }
 
   // After a failed launch within the mark: the mark is stale (a cudaDeviceReset resets every
   // attribute), so it is set again, unconditionally.
   cudaError_t reset_to(const void* kernel, int bytes) {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
+    std::atomic<int>* limit = nullptr;
+    cudaError_t err = current_limit(&limit);
     if (err != cudaSuccess) return err;
     std::lock_guard<std::mutex> lock(mutex_);
     err = set(kernel, bytes);
-    if (err == cudaSuccess && device >= 0 && device < kMaxDevices) {
-      limits_[device].store(bytes, std::memory_order_release);
-    }
+    if (err == cudaSuccess && limit != nullptr) limit->store(bytes, std::memory_order_release);
     return err;
   }
 
  private:
   static constexpr int kMaxDevices = 64;
+  // The current device's mark, or nullptr past kMaxDevices (not tracked).
+  cudaError_t current_limit(std::atomic<int>** limit) {
+    int device = 0;
+    const cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    *limit = device >= 0 && device < kMaxDevices ? &limits_[device] : nullptr;
+    return cudaSuccess;
+  }
   static cudaError_t set(const void* kernel, int bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   }
