@@ -194,6 +194,17 @@ __device__ __forceinline__ void store_cluster_u32x4(uint32_t address, const uint
                "r"(v.w)
                : "memory");
 }
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from this CTA's shared memory `src`
+// to `dst` (a shared::cluster address, another CTA's), written through the async proxy as a TMA
+// load's and completed on that CTA's mbarrier `bar` (shared::cluster) by complete_tx: the peer's
+// wgmmas read them after its wait, with no fence on either side. The source must be ordered for
+// the async proxy first (fence_proxy_async_shared after the generic stores into it).
+// "Data Movement and Conversion Instructions: cp.async.bulk".
+__device__ __forceinline__ void bulk_copy_shared_to_cluster(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "r"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 // "Parallel Synchronization and Communication Instructions: membar / fence" (fence.proxy.async).
 __device__ __forceinline__ void fence_proxy_async_cluster() {
   asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");
@@ -232,6 +243,7 @@ __device__ __forceinline__ float4 load_cluster_f32x4(uint32_t) { __trap(); }
 __device__ __forceinline__ float2 load_cluster_f32x2(uint32_t) { __trap(); }
 __device__ __forceinline__ void store_cluster_u32x4(uint32_t, const uint4&) { __trap(); }
 __device__ __forceinline__ void fence_proxy_async_cluster() { __trap(); }
+__device__ __forceinline__ void bulk_copy_shared_to_cluster(uint32_t, uint32_t, uint32_t, uint32_t) { __trap(); }
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t) { __trap(); }
 __device__ __forceinline__ void mbarrier_arrive_cluster_cta_release(uint32_t) { __trap(); }
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t*, uint32_t) { __trap(); }

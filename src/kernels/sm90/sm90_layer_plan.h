@@ -60,9 +60,14 @@ struct LayerPair {
   static constexpr int kSharesPerSubtile = kGatherKeys / kShareRows;  // split gather: 2 in a pair, 4 alone
   // The threads that write K/V stages: the dequantizing warps, or all three gather warps.
   static constexpr int kStageWriters = kSplitGather ? kGatherThreads - kIssuerThreads : kGatherThreads;
-  // A stage is full once both CTAs' writers wrote their keys, and free once both CTAs' consumers
-  // are done with it (each CTA's writers fill both CTAs' stages).
-  static constexpr uint32_t kKvFullArrivals = kCtas * kStageWriters;
+  // A pair's split gather hands its keys to the peer's stage by bulk copy (v14p): each CTA's
+  // writers store their keys in their own stage, and one of them copies each share into the
+  // peer's, completing on the peer's kv_full with complete_tx, which that CTA's first writer arms
+  // with expect_tx. v4's gather warps (kSplitGather false) keep the stores into the peer's stage.
+  static constexpr bool kPeerBulkCopy = kCtas == 2 && kSplitGather;
+  // A stage is full once both CTAs' writers wrote their keys (the peer's by its arrivals or, with
+  // kPeerBulkCopy, by its copies' bytes), and free once both CTAs' consumers are done with it.
+  static constexpr uint32_t kKvFullArrivals = kPeerBulkCopy ? kStageWriters : kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
   static_assert(kGatherKeys % kShareRows == 0, "whole shares a subtile");
   static_assert(kSplitGather || kGatherKeys <= kExchangeFirstRow,
@@ -139,7 +144,8 @@ struct TileRecord {
 // in the alignment gap before it. Arrival counts (decode_sm90_layer.cuh initializes them):
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
 //   q_empty[c]    kWarpgroupThreads: consumer 0's, each after the item's last wgmma that read chunk c
-//   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
+//   kv_full[s]    LayerPair::kKvFullArrivals (with kPeerBulkCopy: this CTA's writers, the first
+//                 with expect_tx for the peer's copied bytes): each gather thread of the pair after writing its
 //                 share of stage s
 //   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
 //                 stage s (its last wgmma that reads it)

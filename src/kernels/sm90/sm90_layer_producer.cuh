@@ -220,11 +220,33 @@ __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, uint8_t 
       const uint4 chunk = dequantize_chunk<kModel1>(words[2 * k], words[2 * k + 1], scale);
       const int position = ((group % 2) * 4 + k) ^ (key & 7);
       *reinterpret_cast<uint4*>(row + position * 16) = chunk;
-      if constexpr (Pair::kCtas == 2) {
+      if constexpr (Pair::kCtas == 2 && !Pair::kPeerBulkCopy) {
         ptx::store_cluster_u32x4(ptx::cluster_address(ptx::smem_addr(row + position * 16), peer), chunk);
       }
     }
   }
+}
+
+// LayerPair::kPeerBulkCopy: once every stage writer stored its part of a share (kShareRows keys
+// from share_key on) into this CTA's stage and fenced it for the async proxy, the first writer
+// copies those rows of each dequantized 64-dim block (kModel1: the 7 e4m3 blocks; the RoPE block
+// each CTA fills itself, all 64 keys) into the peer's stage: 16 rows of 128 B, 2 KiB a block, in
+// one piece, completing on the peer's kv_full. Returns the bytes sent.
+template <class Pair>
+__device__ __forceinline__ uint32_t copy_share_to_peer(LayerSmemPlan& smem, LayerSmemSync& sync, int stage,
+                                                       int share_key, bool model1, int tid, int peer) {
+  constexpr uint32_t kShareBlockBytes = kShareRows * kRowBytes;
+  const int blocks = model1 ? kModel1E4m3Dims / 64 : kQChunks;
+  ptx::fence_proxy_async_shared();
+  ptx::named_barrier_sync<Pair::kStageWriters>(kStageWritersBarrier);
+  if (tid == 0) {
+    const uint32_t bar = ptx::cluster_address(ptx::smem_addr(&sync.kv_full[stage]), peer);
+    for (int block = 0; block < blocks; ++block) {
+      const uint32_t src = ptx::smem_addr(&smem.kv[stage][block][share_key][0]);
+      ptx::bulk_copy_shared_to_cluster(ptx::cluster_address(src, peer), src, kShareBlockBytes, bar);
+    }
+  }
+  return static_cast<uint32_t>(blocks) * kShareBlockBytes;
 }
 
 // Walks the records of this CTA's items in order, releasing the ones without entries, until one
@@ -302,24 +324,26 @@ __device__ __forceinline__ void release_stage(uint64_t* bar, int rank) {
   }
 }
 
-// A stage writer's stores (to this CTA's stage and, in a pair, the peer's), ordered before the
-// consumers' wgmmas read them through the async proxy; kv_full's arrive follows.
+// A stage writer's stores (to this CTA's stage and, in a pair of v4's gather warps, the peer's),
+// ordered before the consumers' wgmmas read them through the async proxy; kv_full's arrive
+// follows. With kPeerBulkCopy the peer's half arrives by bulk copy (async proxy) instead.
 template <class Pair>
 __device__ __forceinline__ void fence_stage_writes() {
-  if constexpr (Pair::kCtas == 2) {
+  if constexpr (Pair::kCtas == 2 && !Pair::kPeerBulkCopy) {
     ptx::fence_proxy_async_cluster();
   } else {
     ptx::fence_proxy_async_shared();
   }
 }
 
-// A consumer's wait for phase `parity` of kv_full, on which a pair's peer arrives too. The peer's
-// writers release their kv_full arrivals at cluster scope, and what those order (their stores
-// into this CTA's stage) is then read: the acquire must be cluster-scoped as well, or those stores
-// are not ordered before this CTA's wgmmas after the wait. A lone CTA waits at CTA scope.
+// A consumer's wait for phase `parity` of kv_full, on which a pair's peer arrives too. v4's gather
+// warps release their kv_full arrivals at cluster scope, and what those order (their stores into
+// this CTA's stage) is then read: the acquire must be cluster-scoped as well, or those stores are
+// not ordered before this CTA's wgmmas after the wait. A lone CTA, and a pair whose peer's half
+// comes by bulk copy (complete_tx on this CTA's barrier, as a TMA load's bytes), wait at CTA scope.
 template <class Pair>
 __device__ __forceinline__ void wait_pair_phase(uint64_t* bar, uint32_t parity) {
-  if constexpr (Pair::kCtas == 2) {
+  if constexpr (Pair::kCtas == 2 && !Pair::kPeerBulkCopy) {
     ptx::mbarrier_wait_cluster(bar, parity);
   } else {
     ptx::mbarrier_wait(bar, parity);
@@ -468,6 +492,7 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
     const int tid = ptx::thread_index_x_unhoisted() - Pair::kIssuerThreads;  // 0..63
     const Subtile u = subtile_at(p, smem, sync, at);
     const bool model1 = u.src->is_model1 != 0;
+    uint32_t peer_bytes = 0;  // kPeerBulkCopy: what this CTA copies into the peer's stage
     wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
     if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
 #pragma unroll 1
@@ -482,10 +507,23 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
       }
       ptx::mbarrier_arrive(&sync.staged_empty[share.index]);
       share.advance();
+      if constexpr (Pair::kPeerBulkCopy) {
+        peer_bytes += copy_share_to_peer<Pair>(smem, sync, kv.index, share_key, model1, tid, rank ^ 1);
+      }
     }
     if (model1) ptx::cp_async_wait<0>();  // the RoPE values
     fence_stage_writes<Pair>();
-    arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
+    if constexpr (Pair::kPeerBulkCopy) {
+      // This CTA's writers arrive; the first also expects the bytes the peer's copies bring, the
+      // same as this CTA's sent (both CTAs gather the same subtile, each half its keys).
+      if (tid == 0) {
+        ptx::mbarrier_arrive_expect_tx(&sync.kv_full[kv.index], peer_bytes);
+      } else {
+        ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
+      }
+    } else {
+      arrive_pair<Pair>(&sync.kv_full[kv.index], rank);
+    }
     kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read (RoPE)
