@@ -37,10 +37,22 @@ inline cudaError_t encode_q_map(const DecodeParams& p, CUtensorMap* map) {
                                        static_cast<cuuint64_t>(p.stride_q_token) * 2};
   const cuuint32_t box[3] = {kBlockDims, kSlabHeads, 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult result =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(p.q), dims, strides_bytes, box,
-             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const auto encode_once = [&] {
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(p.q), dims, strides_bytes, box,
+                  element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  CUresult result = encode_once();
+  if (result != CUDA_SUCCESS) {
+    // A driver call: it needs a current context, which the runtime makes current on a host thread
+    // only at its first call that needs one (a launch, a copy). A fresh thread's first decode()
+    // reaches this before any such call, and every later one too (nothing else it does binds one):
+    // measured on the H200, every call of two new threads failed here (session 23,
+    // GpuChainedCalls.TwoHostThreadsLaunchOneKernelWithTwoSharedMemorySizes). cudaSetDevice makes
+    // the current device's primary context current, the one the launch would use; once a thread.
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) result = encode_once();
+  }
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
