@@ -80,8 +80,31 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
   return {};
 }
 
+// With an extra source of at least kLayerCrossoverMinEntries entries a token, the layer kernel
+// pays off from fewer tokens: its time is flat up to one token a unit (a CTA, or a pair at H > 64)
+// while the portable kernel's grows with T. Measured on the H200 (session 23, `swa-decode bench
+// --kernel all`, bench/results/session23/): at H = 128 the layer kernel against the portable one at
+// T = 16 / 20 / 32 is 71.6 / 71.4 / 72.1 against 67.3 / 79.9 / 80.8 us (C4A, 512 entries), 65.3 /
+// 64.6 / 65.9 against 64.4 / 78.1 / 78.5 (C128A 64k), 675 / - / 727 against 742 / - / 963 (C128A 1M);
+// at H = 64 (C4A) at T = 32 / 48 47.0 / 47.1 against 42.5 / 50.0. Other head counts and fewer
+// entries keep kMinTokens (not measured).
+constexpr int64_t kLayerCrossoverMinEntries = 512;
+struct LayerCrossover {
+  int64_t num_heads;
+  int64_t min_tokens;
+};
+constexpr LayerCrossover kLayerCrossovers[] = {{128, 20}, {64, 48}};
+
+int64_t min_tokens(const DecodeShape& shape) {
+  if (!shape.has_extra || shape.extra_max_entries < kLayerCrossoverMinEntries) return kMinTokens;
+  for (const LayerCrossover& crossover : kLayerCrossovers) {
+    if (crossover.num_heads == shape.num_heads) return crossover.min_tokens;
+  }
+  return kMinTokens;
+}
+
 bool preferred(const DecodeShape& shape, const DeviceInfo&) {
-  return shape.num_heads >= kMinHeads && shape.num_tokens >= kMinTokens;
+  return shape.num_heads >= kMinHeads && shape.num_tokens >= min_tokens(shape);
 }
 
 LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {

@@ -372,11 +372,21 @@ TEST(SelectKernel, TheSm90LayerKernelChecksTheExtraSourceLikeTheWindow) {
   EXPECT_TRUE(contains(kSm90Record.why_not(with_extra(shape(512, 64, 512, 129)), kH200), "window_size must be <= 128"));
   EXPECT_TRUE(contains(kSm90Record.why_not(with_extra(shape(512, 64, 512, 128, 8)), kH200),
                        "kv_cache address and strides must be multiples of 16"));
-  // The free choice's preference is the window kernel's: more than 16 heads, at least 64 tokens;
-  // below it the layer kernel still runs, as the only family that reads an extra source.
+  // The free choice's preference is the window kernel's (more than 16 heads, at least 64 tokens)
+  // except at the measured crossovers: H = 128 from 20 tokens, H = 64 from 48, with at least 512
+  // entries (sm90_record.cpp, kLayerCrossovers).
   EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(64, 17)), kH200));
-  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 128)), kH200));
+  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 17)), kH200));
+  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 96)), kH200));
   EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(2048, 16)), kH200));
+  for (int64_t entries : {int64_t{512}, int64_t{1024}, int64_t{8192}}) {
+    EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(20, 128), entries), kH200)) << entries;
+    EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(19, 128), entries), kH200)) << entries;
+    EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(48, 64), entries), kH200)) << entries;
+    EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(47, 64), entries), kH200)) << entries;
+  }
+  EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(32, 128), 511), kH200));  // fewer entries: 64
+  EXPECT_FALSE(kSm90Record.preferred(shape(32, 128), kH200));                   // the window alone: 64
 }
 
 TEST(SelectKernel, AnExtraSourceMeetsTheSharedChecksOfItsOwn) {
