@@ -84,7 +84,7 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
 // pays off from fewer tokens: its time is flat up to one token a unit (a CTA, or a pair at H > 64)
 // while the portable kernel's grows with T. Measured on the H200 (session 23, `swa-decode bench
 // --kernel all`, bench/results/session23/): at H = 128 the layer kernel against the portable one at
-// T = 16 / 20 / 32 is 71.6 / 71.4 / 72.1 against 67.3 / 79.9 / 80.8 us (C4A, 512 entries), 65.3 /
+// T = 16 / 20 / 32 is 71.6 / 71.4 / 72.1 against 67.3 / 79.9 / 80.8 us (C4A, 1024 entries), 65.3 /
 // 64.6 / 65.9 against 64.4 / 78.1 / 78.5 (C128A 64k), 675 / - / 727 against 742 / - / 963 (C128A 1M);
 // at H = 64 (C4A) at T = 32 / 48 47.0 / 47.1 against 42.5 / 50.0. Other head counts and fewer
 // entries keep kMinTokens (not measured).

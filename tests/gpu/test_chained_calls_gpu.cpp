@@ -66,8 +66,10 @@ TEST_F(GpuChainedCalls, EachCallReadsTheOutputOfTheCallBeforeIt) {
 // memory sizes: the portable kernel's ring and entry lists grow with the window (W = 16 against
 // 128, both with an extra source, which makes T = 8 the portable kernel's under decode()'s pick).
 // A limit set to each launch's own size could drop under the larger launch between its raise and
-// its launch, which then fails (src/common/kernel_launch.h, DynamicSmemLimit). Every call must
-// succeed and both outputs match.
+// its launch, which then fails (src/common/kernel_launch.h, DynamicSmemLimit). Each thread is new,
+// so its first call also finds no current context, which the sm90 kernels' q tensor map needs
+// (sm90_q_map.h; under SWA_DECODE_TEST_KERNEL=sm90 every call failed before 6f602f4). Every call
+// must succeed and both outputs match.
 TEST_F(GpuChainedCalls, TwoHostThreadsLaunchOneKernelWithTwoSharedMemorySizes) {
   std::array<HostBatch, 2> batches;
   std::array<DeviceBatch, 2> devices;

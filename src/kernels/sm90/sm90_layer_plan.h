@@ -144,9 +144,9 @@ struct TileRecord {
 // in the alignment gap before it. Arrival counts (decode_sm90_layer.cuh initializes them):
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
 //   q_empty[c]    kWarpgroupThreads: consumer 0's, each after the item's last wgmma that read chunk c
-//   kv_full[s]    LayerPair::kKvFullArrivals (with kPeerBulkCopy: this CTA's writers, the first
-//                 with expect_tx for the peer's copied bytes): each gather thread of the pair after writing its
-//                 share of stage s
+//   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
+//                 share of stage s (with kPeerBulkCopy: this CTA's writers, the first with
+//                 expect_tx for the bytes the peer's copies bring)
 //   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
 //                 stage s (its last wgmma that reads it)
 //   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written
