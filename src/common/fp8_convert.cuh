@@ -70,11 +70,12 @@ __device__ __forceinline__ float ue8m0_to_float(uint32_t code) {
 }
 
 // Four e4m3 codes packed in a u32, each times `scale` (a power of two, ue8m0_to_float) -> two
-// bf16x2 words. The product is exact in fp32 (e4m3 * 2^-127 >= 2^-136, above fp32's smallest
-// subnormal) and so in bf16 wherever bf16 holds it: e4m3 has 3 mantissa bits and bf16 7 with
-// fp32's exponent range. Past bf16's largest finite value it is +-inf (the fp32 product itself
+// bf16x2 words, through fp32. The product is exact in fp32 (e4m3 * 2^-127 >= 2^-136, above fp32's
+// smallest subnormal) and so in bf16 wherever bf16 holds it: e4m3 has 3 mantissa bits and bf16 7
+// with fp32's exponent range. Past bf16's largest finite value it is +-inf (the fp32 product itself
 // overflows: e4m3 * 2^(scale - 127) is below 2^128 exactly when it is a finite bf16); below 2^-126
-// it is rounded to bf16's subnormals, as a bf16 out holding it would be.
+// it is rounded to bf16's subnormals, as a bf16 out holding it would be. The portable kernel keeps
+// this form: the packed one below spilled its two-group kModel1 variant 8 bytes (ptxas, CUDA 13.0).
 __device__ __forceinline__ void e4m3x4_to_scaled_bf16x4(uint32_t codes, float scale, uint32_t& lo, uint32_t& hi) {
   const __half2_raw l = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes & 0xFFFFu), __NV_E4M3);
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<uint16_t>(codes >> 16), __NV_E4M3);
@@ -82,6 +83,31 @@ __device__ __forceinline__ void e4m3x4_to_scaled_bf16x4(uint32_t codes, float sc
   const float2 fh = __half22float2(*reinterpret_cast<const __half2*>(&h));
   lo = pack_bf16x2(fl.x * scale, fl.y * scale);
   hi = pack_bf16x2(fh.x * scale, fh.y * scale);
+}
+
+// A UE8M0 scale code as the bf16 2^(code - 127),
+// in both halves of a bf16x2: exact for every code (code 0 is 2^-127, a bf16 subnormal; 255 is NaN,
+// as OCP says), since bf16 has fp32's 8 exponent bits.
+__device__ __forceinline__ __nv_bfloat162 ue8m0_to_bf16x2(uint32_t code) {
+  const uint32_t bits = code == 0 ? 0x0040u : code == 0xFF ? 0x7FC0u : code << 7;
+  const uint32_t both = bits | (bits << 16);
+  return *reinterpret_cast<const __nv_bfloat162*>(&both);
+}
+
+// Four e4m3 codes packed in a u32, each times `scale` (a power of two in both halves,
+// ue8m0_to_bf16x2) -> two bf16x2 words: the exact bf16 conversion, then one packed bf16 multiply a
+// pair (against two fp32 multiplies before the pack above), with the same results. The product is exact wherever bf16 holds it
+// (a power of two only moves the exponent); past bf16's largest finite value it is +-inf, below
+// 2^-126 it is rounded to bf16's subnormals (mul.rn.bf16x2 keeps subnormals), as a bf16 out
+// holding it would be.
+__device__ __forceinline__ void e4m3x4_to_scaled_bf16x4(uint32_t codes, __nv_bfloat162 scale, uint32_t& lo,
+                                                        uint32_t& hi) {
+  uint32_t raw_lo, raw_hi;
+  e4m3x4_to_bf16x4(codes, raw_lo, raw_hi);
+  const __nv_bfloat162 scaled_lo = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw_lo), scale);
+  const __nv_bfloat162 scaled_hi = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw_hi), scale);
+  lo = *reinterpret_cast<const uint32_t*>(&scaled_lo);
+  hi = *reinterpret_cast<const uint32_t*>(&scaled_hi);
 }
 
 }  // namespace swa_decode

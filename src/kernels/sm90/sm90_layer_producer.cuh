@@ -212,8 +212,8 @@ __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, uint8_t 
     const uint4 lo = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group));
     const uint4 hi = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group + 1));
     const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    float scale = 1.0f;
-    if constexpr (kModel1) scale = ue8m0_to_float(staged_piece(rows, key, kModel1E4m3Chunks)[group / 2]);
+    __nv_bfloat162 scale{};
+    if constexpr (kModel1) scale = ue8m0_to_bf16x2(staged_piece(rows, key, kModel1E4m3Chunks)[group / 2]);
     uint8_t* row = smem.kv[stage][group / 2][first_key + key];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {

@@ -99,8 +99,8 @@ __device__ __forceinline__ void dequantize_half(SmemPlan& smem, int meta, int ha
     const uint4 lo = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group) ^ (key & 15)) * 16]);
     const uint4 hi = *reinterpret_cast<const uint4*>(&smem.staging[key][((2 * group + 1) ^ (key & 15)) * 16]);
     const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    float scale = 1.0f;
-    if constexpr (kModel1) scale = ue8m0_to_float((smem.model1_scales[meta][key] >> (8 * (group / 2))) & 0xFFu);
+    __nv_bfloat162 scale{};
+    if constexpr (kModel1) scale = ue8m0_to_bf16x2((smem.model1_scales[meta][key] >> (8 * (group / 2))) & 0xFFu);
     uint8_t* row = smem.kv[half][group / 2][key];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {

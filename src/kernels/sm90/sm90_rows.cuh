@@ -46,10 +46,10 @@ __device__ __forceinline__ void prefetch_model1_row_l2(const KvSourceParams& src
 
 // Eight e4m3 codes of a staged row (two u32, low byte first) -> the tile's 16-byte chunk of eight
 // bf16 values. Seed rows convert exactly and keep their inverse scale for the consumers' scores
-// (fp8_convert.cuh); a kModel1 group is multiplied by its power of two `scale` (ue8m0_to_float),
-// exactly in bf16.
+// (fp8_convert.cuh); a kModel1 group is multiplied by its power of two `scale` (ue8m0_to_bf16x2),
+// exactly in bf16 (unused for seed rows).
 template <bool kModel1>
-__device__ __forceinline__ uint4 dequantize_chunk(uint32_t codes_lo, uint32_t codes_hi, float scale) {
+__device__ __forceinline__ uint4 dequantize_chunk(uint32_t codes_lo, uint32_t codes_hi, __nv_bfloat162 scale) {
   uint4 chunk;
   if constexpr (kModel1) {
     e4m3x4_to_scaled_bf16x4(codes_lo, scale, chunk.x, chunk.y);
