@@ -107,11 +107,29 @@ bool preferred(const DecodeShape& shape, const DeviceInfo&) {
   return shape.num_heads >= kMinHeads && shape.num_tokens >= min_tokens(shape);
 }
 
+// The layer kernel's key split (sm90_layer_plan.h, KeySplit): while the items (a token and a slab)
+// fill half the SMs or fewer, each token's columns go to 2, 4 or 8 CTAs (pairs) instead of one,
+// the most that keeps the grid within one wave and the cluster within 8 CTAs, with at least a
+// subtile of columns a share. Sources of one row format only (a mixed pair keeps v4's gather).
+int key_splits(const DecodeShape& shape, const DeviceInfo& device) {
+  if (!shape.has_extra || shape.window_format != shape.extra_format) return 1;
+  const int64_t slabs = sm90::layer_slabs(static_cast<int>(shape.num_heads));
+  const int64_t columns = shape.window_size + shape.extra_max_entries;
+  int splits = 1;
+  while (slabs * splits * 2 <= sm90::kMaxLayerClusterCtas && shape.num_tokens * slabs * splits * 2 <= device.num_sms &&
+         columns >= int64_t{splits} * 2 * sm90::kSubtileKeys) {
+    splits *= 2;
+  }
+  return splits;
+}
+
 LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {
   const bool layer = runs_layer_kernel(shape);
-  return LaunchPlan{.name = layer ? "sm90_wgmma_layer" : "sm90_wgmma",
+  const int splits = layer ? key_splits(shape, device) : 1;
+  return LaunchPlan{.name = std::string(layer ? "sm90_wgmma_layer" : "sm90_wgmma") +
+                            (splits > 1 ? "_split" + std::to_string(splits) : ""),
                     .head_groups_per_cta = 0,
-                    .config = Sm90Launch{.persistent_ctas = device.num_sms, .layer = layer}};
+                    .config = Sm90Launch{.persistent_ctas = device.num_sms, .layer = layer, .key_splits = splits}};
 }
 
 }  // namespace

@@ -389,6 +389,24 @@ TEST(SelectKernel, TheSm90LayerKernelChecksTheExtraSourceLikeTheWindow) {
   EXPECT_FALSE(kSm90Record.preferred(shape(32, 128), kH200));                   // the window alone: 64
 }
 
+// The layer kernel's key split (sm90_record.cpp, key_splits): 2, 4 or 8 CTAs (pairs) a token while
+// the grid stays within one wave of the H200's 132 SMs and the cluster within 8 CTAs, with a
+// subtile of columns a share; none without an extra source or over two row formats.
+TEST(SelectKernel, TheLayerKernelSplitsATokensKeysWhileTheGridFitsOneWave) {
+  const auto splits = [](DecodeShape s) { return std::get<Sm90Launch>(kSm90Record.plan(s, kH200).config).key_splits; };
+  const std::pair<int64_t, int> pairs[] = {{1, 4}, {16, 4}, {17, 2}, {33, 2}, {34, 1}, {128, 1}};
+  for (const auto& [tokens, expected] : pairs) EXPECT_EQ(splits(with_extra(shape(tokens, 128))), expected) << tokens;
+  const std::pair<int64_t, int> lone[] = {{1, 8}, {16, 8}, {17, 4}, {33, 4}, {34, 2}, {66, 2}, {67, 1}};
+  for (const auto& [tokens, expected] : lone) EXPECT_EQ(splits(with_extra(shape(tokens, 64))), expected) << tokens;
+  EXPECT_EQ(splits(with_extra(shape(1, 64), 64)), 2);  // 128 + 64 columns: 3 subtiles
+  EXPECT_EQ(splits(shape(1, 128)), 1);                 // the window alone: the window kernel
+  DecodeShape mixed = with_extra(shape(1, 128));
+  mixed.extra_format = KvFormat::kModel1;
+  EXPECT_EQ(splits(mixed), 1);
+  EXPECT_EQ(kSm90Record.plan(with_extra(shape(8, 128)), kH200).name, "sm90_wgmma_layer_split4");
+  EXPECT_EQ(kSm90Record.plan(with_extra(shape(128, 128)), kH200).name, "sm90_wgmma_layer");
+}
+
 TEST(SelectKernel, AnExtraSourceMeetsTheSharedChecksOfItsOwn) {
   const KernelChoice misaligned = select_kernel(with_extra(shape(128, 64), 512, 2), kH200);
   EXPECT_EQ(misaligned.kernel, nullptr);
@@ -554,7 +572,9 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
   std::set<std::string> names;
   for (const auto& [name, owner] : name_owner) names.insert(name);
   std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
-  if (sm90_kernel_built()) stable.insert({"sm90_wgmma", "sm90_wgmma_layer", "few_heads_n8", "few_heads_n16"});
+  if (sm90_kernel_built()) {
+    stable.insert({"sm90_wgmma", "sm90_wgmma_layer", "sm90_wgmma_layer_split4", "few_heads_n8", "few_heads_n16"});
+  }
   EXPECT_EQ(names, stable);
   std::set<size_t> types;
   for (const auto& [id, type] : config_type) {

@@ -455,6 +455,28 @@ TEST_F(GpuSm90Layer, ExtraEntryCounts) {
   run_case(c);
 }
 
+// Below a wave of items the layer kernel splits each token's columns over 2-8 CTAs (pairs) of a
+// cluster (KeySplit, sm90_layer_plan.h: whole subtiles a share, window first): shares that end in
+// the window, straddle it, hold nothing (fewer columns than shares) or a lone column; once
+// replayed from a CUDA graph.
+TEST_F(GpuSm90Layer, KeySplitShares) {
+  const std::pair<int64_t, int64_t> lens[] = {{128, 0}, {0, 64}, {1, 0}, {64, 65}, {100, 700}, {128, 1024}, {0, 0}};
+  for (const int64_t heads : {128, 64}) {
+    for (const bool graph : {false, true}) {
+      LayerCase c = layer_case(0, heads, {.limit = 1024, .num_blocks = 40, .block_size = 64}, {0.5f, -kInf, 3.0f},
+                               1300 + static_cast<uint64_t>(heads) + (graph ? 1 : 0));
+      for (const auto& [window_len, extra_len] : lens) {
+        c.window.lens.push_back(window_len);
+        c.extra.lens.push_back(extra_len);
+      }
+      c.tokens = static_cast<int64_t>(c.window.lens.size());
+      c.through_graph = graph;
+      SCOPED_TRACE(text("H=", heads, graph ? " graph" : ""));
+      run_case(c);
+    }
+  }
+}
+
 // H = 1, 16 and 64 run one item (64 heads, zero rows past H) per token; 65 and 128 two, the second
 // slab partly empty at 65. Every edge case mixed in, the dtypes varied with H.
 class GpuSm90LayerHeads : public GpuSm90Layer, public ::testing::WithParamInterface<int64_t> {};
