@@ -111,6 +111,9 @@ bool preferred(const DecodeShape& shape, const DeviceInfo&) {
 // fill half the SMs or fewer, each token's columns go to 2, 4 or 8 CTAs (pairs) instead of one,
 // the most that keeps the grid within one wave and the cluster within 8 CTAs, with at least a
 // subtile of columns a share. Sources of one row format only (a mixed pair keeps v4's gather).
+// One wave counts SMs, not the clusters the GPCs hold at once (one 226 KiB CTA an SM): if fewer
+// clusters of 4 or 8 fit than SMs / cluster, the grid's last clusters wait (to measure at T = 16
+// and 33).
 int key_splits(const DecodeShape& shape, const DeviceInfo& device) {
   if (!shape.has_extra || shape.window_format != shape.extra_format) return 1;
   const int64_t slabs = sm90::layer_slabs(static_cast<int>(shape.num_heads));

@@ -243,6 +243,7 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
 
     if constexpr (Pair::kSplitKeys) {  // this CTA's share of the token: its partials, combined later
       const float stats[2][2] = {{row_max[0], quad_sum(row_sum[0])}, {row_max[1], quad_sum(row_sum[1])}};
+      wait_peer_done_with_stages<Pair>(sync, kv);
       park_layer_partials(p, smem, o, o_started, kHalf, stats, slab * kSlabHeads);
       continue;
     }
@@ -324,6 +325,7 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
       meta.advance();
     }
     if constexpr (Pair::kSplitKeys) {  // this CTA's share of the token: its partials, combined later
+      wait_peer_done_with_stages<Pair>(sync, kv);
       park_layer_partials(p, smem, o, o_started, kHalf, nullptr, slab * kSlabHeads);
       continue;
     }

@@ -26,6 +26,22 @@ __device__ __forceinline__ float* split_sinks(LayerSmemPlan& smem) {
   return reinterpret_cast<float*>(split_row_stats(smem) + kSlabHeads);
 }
 
+// In a pair, this CTA's stages are the source of its bulk copies into the peer's
+// (copy_share_to_peer), which complete on the peer's kv_full alone: before the partials go over
+// the ring, both stages must be free as a stage writer would wait for them (kv_empty counts both
+// CTAs' consumers, and the peer's consumed each stage after its copies landed). `kv` is the
+// consumer's ring position after its last subtile; a ring it never used passes at once.
+template <class Pair>
+__device__ __forceinline__ void wait_peer_done_with_stages(LayerSmemSync& sync, PipeState<kKvStages> kv) {
+  if constexpr (Pair::kCtas == 2) {
+#pragma unroll
+    for (int stage = 0; stage < kKvStages; ++stage) {
+      wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);
+      kv.advance();
+    }
+  }
+}
+
 // One consumer's half of O (o[4 n + 2 r + e]: dims half * 256 + 8 n + 2 q + e of row r, as
 // store_out_row_half reads them) into the partials, zeros where no subtile had an entry (o holds
 // whatever it held then); consumer 0 (stats != nullptr) adds each row's max and sum
@@ -71,7 +87,7 @@ __device__ __forceinline__ void combine_layer_split(const DecodeParams& p, Layer
   const ItemOrder& order = item_order(smem);
   if (order.count != 0) {
     const int first_head = slab * kSlabHeads;
-    combine_split_partials<kConsumerThreads, kSlabHeads, false, kMaxLayerClusterCtas>(
+    combine_split_partials<kConsumerThreads, kSlabHeads, false, kMaxLayerClusterCtas / Pair::kCtas>(
         p, split_partials(smem), split_row_stats(smem), split_sinks(smem), item_token(order, 0), first_head, 1.0f, SplitRanks{split.count, split.index, Pair::kCtas, slab},
         static_cast<int>(threadIdx.x) - kWarpgroupThreads);
   }
