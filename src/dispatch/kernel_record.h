@@ -72,6 +72,8 @@ struct Sm90Launch {
   // The layer kernel (decode_sm90_layer.cuh), which reads the extra source too; else the
   // window-only kernel (decode_sm90.cuh).
   bool layer = false;
+  // The layer kernel's key split (sm90_layer_plan.h, KeySplit): CTAs (or pairs) a token; 1: none.
+  int32_t key_splits = 1;
 };
 
 // Launch configuration of the few-heads kernel (src/kernels/few_heads/launch_few_heads.h).

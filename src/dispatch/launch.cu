@@ -43,7 +43,9 @@ cudaError_t launch_sm90(const DecodeParams& params, const LaunchPlan& plan, cuda
   if (config == nullptr) return cudaErrorInvalidValue;
 #if defined(SWA_DECODE_HAS_SM90)
   const bool dependent = plan.dependent_launch;
-  if (config->layer) return launch_sm90_layer_decode(params, config->persistent_ctas, dependent, stream);
+  if (config->layer) {
+    return launch_sm90_layer_decode(params, config->persistent_ctas, config->key_splits, dependent, stream);
+  }
   return params.window.is_model1 != 0 ? launch_sm90_decode<true>(params, config->persistent_ctas, dependent, stream)
                                       : launch_sm90_decode<false>(params, config->persistent_ctas, dependent, stream);
 #else

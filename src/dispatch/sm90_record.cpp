@@ -82,23 +82,35 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
 
 // With an extra source of at least kLayerCrossoverMinEntries entries a token, the layer kernel
 // pays off from fewer tokens: its time is flat up to one token a unit (a CTA, or a pair at H > 64)
-// while the portable kernel's grows with T. Measured on the H200 (session 23, `swa-decode bench
-// --kernel all`, bench/results/session23/): at H = 128 the layer kernel against the portable one at
-// T = 16 / 20 / 32 is 71.6 / 71.4 / 72.1 against 67.3 / 79.9 / 80.8 us (C4A, 1024 entries), 65.3 /
-// 64.6 / 65.9 against 64.4 / 78.1 / 78.5 (C128A 64k), 675 / - / 727 against 742 / - / 963 (C128A 1M);
-// at H = 64 (C4A) at T = 32 / 48 47.0 / 47.1 against 42.5 / 50.0. Other head counts and fewer
-// entries keep kMinTokens (not measured).
+// while the portable kernel's grows with T. Measured on the H200 (`swa-decode bench --kernel all`).
+// Unsplit (session 23, bench/results/session23/): at H = 128 the layer kernel against the portable
+// one at T = 16 / 20 / 32 is 71.6 / 71.4 / 72.1 against 67.3 / 79.9 / 80.8 us (C4A, 1024 entries),
+// 65.3 / 64.6 / 65.9 against 64.4 / 78.1 / 78.5 (C128A 64k), 675 / - / 727 against 742 / - / 963
+// (C128A 1M); at H = 64 (C4A) at T = 32 / 48 47.0 / 47.1 against 42.5 / 50.0.
+// With the key split (key_splits below: both sources of one row format; session 24,
+// bench/results/session24/): at H = 128, T = 8 / 16 the split ran 36.9 / 60.6 against 53.9 / 67.4
+// (C4A), 34.8 / 45.1 against 40.0 / 64.6 (C128A 64k), 184 / 188 against 266 / 747 (C128A 1M); at
+// T = 1 the portable kernel still wins C4A and C128A 64k (27.2 / 21.3 against 35.5 / 28.5), so the
+// split starts at T = 4 (between, not measured when this was set). At H = 64 the split lost up to
+// T = 32 (T = 8 / 32: 31.6 / 54.9 against 25.5 / 42.7) and won at T = 48 (38.0 against 50.3): the
+// unsplit crossover. Other head counts and fewer entries keep kMinTokens (not measured).
 constexpr int64_t kLayerCrossoverMinEntries = 512;
 struct LayerCrossover {
   int64_t num_heads;
-  int64_t min_tokens;
+  int64_t min_tokens;        // sources of two row formats: no key split
+  int64_t min_tokens_split;  // sources of one row format
 };
-constexpr LayerCrossover kLayerCrossovers[] = {{128, 20}, {64, 48}};
+constexpr LayerCrossover kLayerCrossovers[] = {{128, 20, 4}, {64, 48, 48}};
+
+// The key split needs both sources in one row format (a mixed pair keeps v4's gather).
+bool can_split_keys(const DecodeShape& shape) { return shape.has_extra && shape.window_format == shape.extra_format; }
 
 int64_t min_tokens(const DecodeShape& shape) {
   if (!shape.has_extra || shape.extra_max_entries < kLayerCrossoverMinEntries) return kMinTokens;
   for (const LayerCrossover& crossover : kLayerCrossovers) {
-    if (crossover.num_heads == shape.num_heads) return crossover.min_tokens;
+    if (crossover.num_heads == shape.num_heads) {
+      return can_split_keys(shape) ? crossover.min_tokens_split : crossover.min_tokens;
+    }
   }
   return kMinTokens;
 }
@@ -107,11 +119,34 @@ bool preferred(const DecodeShape& shape, const DeviceInfo&) {
   return shape.num_heads >= kMinHeads && shape.num_tokens >= min_tokens(shape);
 }
 
+// The layer kernel's key split (sm90_layer_plan.h, KeySplit): while the items (a token and a slab)
+// fill half the SMs or fewer, each token's columns go to 2, 4 or 8 CTAs (pairs) instead of one,
+// the most that keeps the grid within one wave and the cluster within 8 CTAs, with at least a
+// subtile of columns a share. Sources of one row format only (can_split_keys).
+// One wave counts SMs, not the clusters the GPCs hold at once (one 226 KiB CTA an SM). Measured on
+// the H200 (session 24): C4A H = 128 ran 36.9 us at T = 8 (64 CTAs in clusters of 8) and 60.6 at
+// T = 16 (128 CTAs), ~ one CTA's time more, as if the last clusters waited; C128A 1M's 184 / 188 us
+// do not show it (its tokens' lengths differ). Not settled; T = 16 still beat the portable kernel
+// on every H = 128 layer measured.
+int key_splits(const DecodeShape& shape, const DeviceInfo& device) {
+  if (!can_split_keys(shape)) return 1;
+  const int64_t slabs = sm90::layer_slabs(static_cast<int>(shape.num_heads));
+  const int64_t columns = shape.window_size + shape.extra_max_entries;
+  int splits = 1;
+  while (slabs * splits * 2 <= sm90::kMaxLayerClusterCtas && shape.num_tokens * slabs * splits * 2 <= device.num_sms &&
+         columns >= int64_t{splits} * 2 * sm90::kSubtileKeys) {
+    splits *= 2;
+  }
+  return splits;
+}
+
 LaunchPlan plan(const DecodeShape& shape, const DeviceInfo& device) {
   const bool layer = runs_layer_kernel(shape);
-  return LaunchPlan{.name = layer ? "sm90_wgmma_layer" : "sm90_wgmma",
+  const int splits = layer ? key_splits(shape, device) : 1;
+  return LaunchPlan{.name = std::string(layer ? "sm90_wgmma_layer" : "sm90_wgmma") +
+                            (splits > 1 ? "_split" + std::to_string(splits) : ""),
                     .head_groups_per_cta = 0,
-                    .config = Sm90Launch{.persistent_ctas = device.num_sms, .layer = layer}};
+                    .config = Sm90Launch{.persistent_ctas = device.num_sms, .layer = layer, .key_splits = splits}};
 }
 
 }  // namespace

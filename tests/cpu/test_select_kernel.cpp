@@ -373,20 +373,49 @@ TEST(SelectKernel, TheSm90LayerKernelChecksTheExtraSourceLikeTheWindow) {
   EXPECT_TRUE(contains(kSm90Record.why_not(with_extra(shape(512, 64, 512, 128, 8)), kH200),
                        "kv_cache address and strides must be multiples of 16"));
   // The free choice's preference is the window kernel's (more than 16 heads, at least 64 tokens)
-  // except at the measured crossovers: H = 128 from 20 tokens, H = 64 from 48, with at least 512
-  // entries (sm90_record.cpp, kLayerCrossovers).
+  // except at the measured crossovers, with at least 512 entries (sm90_record.cpp, kLayerCrossovers):
+  // H = 128 from 4 tokens where the key split runs (one row format), from 20 where it does not
+  // (a seed window with a MODEL1 extra source); H = 64 from 48 either way.
   EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(64, 17)), kH200));
   EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 17)), kH200));
   EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 96)), kH200));
   EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(2048, 16)), kH200));
+  const auto mixed = [](DecodeShape s) {
+    s.extra_format = KvFormat::kModel1;
+    return s;
+  };
   for (int64_t entries : {int64_t{512}, int64_t{1024}, int64_t{8192}}) {
-    EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(20, 128), entries), kH200)) << entries;
-    EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(19, 128), entries), kH200)) << entries;
-    EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(48, 64), entries), kH200)) << entries;
-    EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(47, 64), entries), kH200)) << entries;
+    EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(4, 128), entries), kH200)) << entries;
+    EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(3, 128), entries), kH200)) << entries;
+    EXPECT_TRUE(kSm90Record.preferred(mixed(with_extra(shape(20, 128), entries)), kH200)) << entries;
+    EXPECT_FALSE(kSm90Record.preferred(mixed(with_extra(shape(19, 128), entries)), kH200)) << entries;
+    for (const DecodeShape& s : {with_extra(shape(48, 64), entries), mixed(with_extra(shape(48, 64), entries))}) {
+      EXPECT_TRUE(kSm90Record.preferred(s, kH200)) << entries;
+    }
+    for (const DecodeShape& s : {with_extra(shape(47, 64), entries), mixed(with_extra(shape(47, 64), entries))}) {
+      EXPECT_FALSE(kSm90Record.preferred(s, kH200)) << entries;
+    }
   }
   EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(32, 128), 511), kH200));  // fewer entries: 64
   EXPECT_FALSE(kSm90Record.preferred(shape(32, 128), kH200));                   // the window alone: 64
+}
+
+// The layer kernel's key split (sm90_record.cpp, key_splits): 2, 4 or 8 CTAs (pairs) a token while
+// the grid stays within one wave of the H200's 132 SMs and the cluster within 8 CTAs, with a
+// subtile of columns a share; none without an extra source or over two row formats.
+TEST(SelectKernel, TheLayerKernelSplitsATokensKeysWhileTheGridFitsOneWave) {
+  const auto splits = [](DecodeShape s) { return std::get<Sm90Launch>(kSm90Record.plan(s, kH200).config).key_splits; };
+  const std::pair<int64_t, int> pairs[] = {{1, 4}, {16, 4}, {17, 2}, {33, 2}, {34, 1}, {128, 1}};
+  for (const auto& [tokens, expected] : pairs) EXPECT_EQ(splits(with_extra(shape(tokens, 128))), expected) << tokens;
+  const std::pair<int64_t, int> lone[] = {{1, 8}, {16, 8}, {17, 4}, {33, 4}, {34, 2}, {66, 2}, {67, 1}};
+  for (const auto& [tokens, expected] : lone) EXPECT_EQ(splits(with_extra(shape(tokens, 64))), expected) << tokens;
+  EXPECT_EQ(splits(with_extra(shape(1, 64), 64)), 2);  // 128 + 64 columns: 3 subtiles
+  EXPECT_EQ(splits(shape(1, 128)), 1);                 // the window alone: the window kernel
+  DecodeShape mixed = with_extra(shape(1, 128));
+  mixed.extra_format = KvFormat::kModel1;
+  EXPECT_EQ(splits(mixed), 1);
+  EXPECT_EQ(kSm90Record.plan(with_extra(shape(8, 128)), kH200).name, "sm90_wgmma_layer_split4");
+  EXPECT_EQ(kSm90Record.plan(with_extra(shape(128, 128)), kH200).name, "sm90_wgmma_layer");
 }
 
 TEST(SelectKernel, AnExtraSourceMeetsTheSharedChecksOfItsOwn) {
@@ -554,7 +583,9 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
   std::set<std::string> names;
   for (const auto& [name, owner] : name_owner) names.insert(name);
   std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
-  if (sm90_kernel_built()) stable.insert({"sm90_wgmma", "sm90_wgmma_layer", "few_heads_n8", "few_heads_n16"});
+  if (sm90_kernel_built()) {
+    stable.insert({"sm90_wgmma", "sm90_wgmma_layer", "sm90_wgmma_layer_split4", "few_heads_n8", "few_heads_n16"});
+  }
   EXPECT_EQ(names, stable);
   std::set<size_t> types;
   for (const auto& [id, type] : config_type) {

@@ -107,6 +107,8 @@ struct LayerCase {
   // Tokens compared with the reference, as [begin, end) ranges; empty: all of them.
   std::vector<std::pair<int64_t, int64_t>> compared;
   bool through_graph = false;  // the decode captured in a CUDA graph, which is then launched
+  // The plan decode() must run; empty: sm90_wgmma_layer or one of its key splits (_split2/4/8).
+  std::string kernel;
   uint64_t seed = 1;
 };
 
@@ -416,7 +418,11 @@ class GpuSm90Layer : public ::testing::Test {
     const st::DeviceArgs device(host, stream.get());
     const swa_decode::SupportInfo support = swa_decode::query_support_for_kernel(device.args(), KernelId::kSm90Wgmma);
     ASSERT_TRUE(support.supported) << support.why_not;
-    EXPECT_EQ(support.kernel, "sm90_wgmma_layer");
+    if (c.kernel.empty()) {
+      EXPECT_EQ(support.kernel.rfind("sm90_wgmma_layer", 0), 0u) << support.kernel;
+    } else {
+      EXPECT_EQ(support.kernel, c.kernel);
+    }
     if (c.through_graph) {
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
@@ -453,6 +459,35 @@ TEST_F(GpuSm90Layer, ExtraEntryCounts) {
   }
   c.tokens = static_cast<int64_t>(c.window.lens.size());
   run_case(c);
+}
+
+// Below a wave of items the layer kernel splits each token's columns over 2-8 CTAs (pairs) of a
+// cluster (KeySplit, sm90_layer_plan.h: whole subtiles a share, window first): shares that end in
+// the window, straddle it, hold nothing (fewer columns than shares) or a lone column; once
+// replayed from a CUDA graph; then the same tokens 10 times over (70: more items than 132 SMs
+// hold at one wave), which the persistent kernel runs without a split.
+TEST_F(GpuSm90Layer, KeySplitShares) {
+  const std::pair<int64_t, int64_t> lens[] = {{128, 0}, {0, 64}, {1, 0}, {64, 65}, {100, 700}, {128, 1024}, {0, 0}};
+  for (const int64_t heads : {128, 64}) {
+    for (const int repeats : {1, 10}) {
+      for (const bool graph : {false, true}) {
+        if (repeats > 1 && graph) continue;
+        LayerCase c = layer_case(0, heads, {.limit = 1024, .num_blocks = 400, .block_size = 64}, {0.5f, -kInf, 3.0f},
+                                 1300 + static_cast<uint64_t>(heads) + (graph ? 1 : 0) + 10 * repeats);
+        for (int r = 0; r < repeats; ++r) {
+          for (const auto& [window_len, extra_len] : lens) {
+            c.window.lens.push_back(window_len);
+            c.extra.lens.push_back(extra_len);
+          }
+        }
+        c.tokens = static_cast<int64_t>(c.window.lens.size());
+        c.through_graph = graph;
+        c.kernel = repeats > 1 ? "sm90_wgmma_layer" : heads > 64 ? "sm90_wgmma_layer_split4" : "sm90_wgmma_layer_split8";
+        SCOPED_TRACE(text("H=", heads, " T=", c.tokens, graph ? " graph" : ""));
+        run_case(c);
+      }
+    }
+  }
 }
 
 // H = 1, 16 and 64 run one item (64 heads, zero rows past H) per token; 65 and 128 two, the second

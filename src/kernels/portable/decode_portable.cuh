@@ -456,9 +456,10 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
     park_split_partials(partials, row_stats, o_acc, row_state, group, quarter, lane);
     if (kHasExtra && threadIdx.x == 0) row_stats[kHeadGroups * kHeadsPerGroup] = make_float2(value_norm, 0.0f);
     ptx::cluster_barrier();
-    combine_split_partials<kThreads, kHeadGroups * kHeadsPerGroup, kHasExtra>(
+    combine_split_partials<kThreads, kHeadGroups * kHeadsPerGroup, kHasExtra, kMaxWindowSplits>(
         p, partials, row_stats, smem.sinks, kHasExtra ? smem.extra.token : token,
-        (kHasExtra ? smem.extra.head_block : head_block) * kHeadGroups * kHeadsPerGroup, value_norm);
+        (kHasExtra ? smem.extra.head_block : head_block) * kHeadGroups * kHeadsPerGroup, value_norm,
+        SplitRanks{ptx::cluster_size(), ptx::cluster_rank(), 1, 0}, static_cast<int>(threadIdx.x));
     ptx::cluster_barrier_relaxed();  // no CTA leaves while another still reads its partials
   } else {
     // Normalize (sink, LSE) and store: four n8 blocks of a 32-dim group are 8 contiguous dims.

@@ -1,43 +1,26 @@
-#include "src/kernels/sm90/decode_sm90_layer.cuh"
-
-#include "src/common/kernel_launch.h"
+#include "src/kernels/sm90/decode_sm90_layer_launch.cuh"
 #include "src/kernels/sm90/launch_sm90.h"
 #include "src/kernels/sm90/sm90_q_map.h"
 
 namespace swa_decode {
 
-namespace {
-
-template <int kCtasPerToken, bool kSplitGather>
-cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q_map, int ctas, bool dependent_launch,
-                                cudaStream_t stream) {
-  const KernelLaunch launch{.grid = dim3(static_cast<unsigned>(ctas)),
-                            .block = dim3(sm90::kThreads),
-                            .smem_bytes = sm90::kLayerSmemBytes,
-                            .cluster_ctas = kCtasPerToken,  // H <= 64 launches without a cluster
-                            .dependent_launch = dependent_launch,
-                            .stream = stream};
-  return launch_kernel<sm90::decode_sm90_layer_kernel<kCtasPerToken, kSplitGather>>(launch, params, q_map);
-}
-
-}  // namespace
-
-cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, bool dependent_launch,
-                                     cudaStream_t stream) {
+cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, int key_splits,
+                                     bool dependent_launch, cudaStream_t stream) {
   CUtensorMap q_map;
   cudaError_t err = sm90::encode_q_map(params, &q_map);
   if (err != cudaSuccess) return err;
+  if (key_splits > 1) return sm90::launch_layer_split(params, q_map, key_splits, dependent_launch, stream);
   // sm90_record.cpp keeps num_tokens * slabs within int32. A pair's two CTAs take items 2 t and
   // 2 t + 1 (its cluster ranks) only if the grid is even: an odd SM count leaves one SM idle.
   const int slabs = sm90::layer_slabs(params.num_heads);
   const int items = params.num_tokens * slabs;
   const int most = slabs == 2 ? persistent_ctas & ~1 : persistent_ctas;
   const int ctas = items < most ? items : most;
-  if (slabs == 1) return launch_layer_kernel<1, true>(params, q_map, ctas, dependent_launch, stream);
+  if (slabs == 1) return sm90::launch_layer_kernel<1, true, false>(params, q_map, ctas, 1, dependent_launch, stream);
   // sm90_layer_plan.h, LayerPair: a pair over sources of two row formats keeps v4's gather warps.
   const bool mixed_formats = params.extra.kv_cache != nullptr && params.extra.is_model1 != params.window.is_model1;
-  return mixed_formats ? launch_layer_kernel<2, false>(params, q_map, ctas, dependent_launch, stream)
-                       : launch_layer_kernel<2, true>(params, q_map, ctas, dependent_launch, stream);
+  return mixed_formats ? sm90::launch_layer_kernel<2, false, false>(params, q_map, ctas, 1, dependent_launch, stream)
+                       : sm90::launch_layer_kernel<2, true, false>(params, q_map, ctas, 1, dependent_launch, stream);
 }
 
 }  // namespace swa_decode

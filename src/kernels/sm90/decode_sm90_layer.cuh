@@ -45,19 +45,24 @@
 #include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_layer_producer.cuh"
 #include "src/kernels/sm90/sm90_layer_schedule.cuh"
+#include "src/kernels/sm90/sm90_layer_split.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 #include "src/kernels/sm90/sm90_smem.cuh"
 
 namespace swa_decode::sm90 {
 
 // kCtasPerToken 2 (H > 64): launched in clusters of two CTAs, a LayerPair; 1: no cluster.
-// kSplitGather: LayerPair's kSplitGatherWarps.
-template <int kCtasPerToken, bool kSplitGather>
+// kSplitGather: LayerPair's kSplitGatherWarps. kSplitKeys: a key split over `splits` CTAs (or
+// pairs) a token (KeySplit), in clusters of kCtasPerToken x splits, one item a CTA; else splits 1.
+template <int kCtasPerToken, bool kSplitGather, bool kSplitKeys>
 __global__ void __launch_bounds__(kThreads, 1)
-    decode_sm90_layer_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
+    decode_sm90_layer_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap q_map,
+                             int splits) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Pair = LayerPair<kCtasPerToken, kSplitGather>;
-  const int rank = Pair::kCtas == 2 ? ptx::cluster_rank() : 0;
+  using Pair = LayerPair<kCtasPerToken, kSplitGather, kSplitKeys>;
+  constexpr bool kClustered = Pair::kCtas == 2 || Pair::kSplitKeys;
+  const int rank = kClustered ? ptx::cluster_rank() : 0;
+  const KeySplit split = Pair::kSplitKeys ? KeySplit{rank / Pair::kCtas, splits} : KeySplit{0, 1};
   const PlacedSmem<LayerSmemPlan, LayerSmemSync> placed = place_smem<LayerSmemPlan, LayerSmemSync>();
   LayerSmemPlan& smem = placed.plan;
   LayerSmemSync& sync = placed.sync;
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::fence_barrier_init();
   }
   // A pair's CTAs arrive on each other's barriers: both must have initialized theirs.
-  if constexpr (Pair::kCtas == 2) {
+  if constexpr (kClustered) {
     ptx::cluster_barrier();
   } else {
     __syncthreads();
@@ -96,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   ptx::wait_for_prior_grid();
   ptx::let_dependent_grid_launch();
   // In this CTA's q buffer and staging rows that the peer never writes, so no cluster barrier.
-  order_items<Pair>(p, smem);
+  order_items<Pair>(p, smem, split);
 
   const int wg = threadIdx.x / kWarpgroupThreads;
   if (wg == 0) {
@@ -112,18 +117,29 @@ __global__ void __launch_bounds__(kThreads, 1)
         run_layer_gather_warps<Pair>(p, smem, sync, rank);
       }
     } else {
-      run_layer_compaction_warp<Pair>(p, q_map, smem, sync, rank);
+      run_layer_compaction_warp<Pair>(p, q_map, smem, sync, rank, split);
     }
   } else if (wg == 1) {  // consumer 0 computes S, consumer 1 only its PV half
     ptx::setmaxnreg_inc<kScorerRegisters>();
     run_scoring_consumer<Pair>(p, smem, sync, rank);
+    if constexpr (Pair::kSplitKeys) combine_layer_split<Pair>(p, smem, rank, split);
   } else {
     ptx::setmaxnreg_inc<kValueRegisters>();
     run_value_consumer<Pair>(p, smem, sync, rank);
+    if constexpr (Pair::kSplitKeys) combine_layer_split<Pair>(p, smem, rank, split);
   }
   // Neither CTA of a pair leaves while the other may still store into its stages or arrive on its
-  // barriers (the last subtile's kv_empty arrivals are never waited for).
-  if constexpr (Pair::kCtas == 2) ptx::cluster_barrier();
+  // barriers (the last subtile's kv_empty arrivals are never waited for). With a key split the
+  // consumers combine between two cluster barriers (combine_layer_split), which the producer
+  // warps pass here: code after the roles runs at the producers' 72 registers.
+  if constexpr (Pair::kSplitKeys) {
+    if (wg == 0) {
+      ptx::cluster_barrier();
+      ptx::cluster_barrier_relaxed();
+    }
+  } else if constexpr (Pair::kCtas == 2) {
+    ptx::cluster_barrier();
+  }
 #endif
 }
 

@@ -19,8 +19,9 @@ cudaError_t launch_sm90_decode(const DecodeParams& params, int persistent_ctas, 
                                cudaStream_t stream);
 
 // The same for the layer kernel: min(work items, persistent_ctas) CTAs, a work item being a token
-// and a slab of 64 heads (two per token for more than 64 heads).
-cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, bool dependent_launch,
-                                     cudaStream_t stream);
+// and a slab of 64 heads (two per token for more than 64 heads); with key_splits > 1, one CTA per
+// item and share instead (KeySplit, sm90_layer_plan.h).
+cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_ctas, int key_splits,
+                                     bool dependent_launch, cudaStream_t stream);
 
 }  // namespace swa_decode

@@ -15,6 +15,7 @@
 #include "src/kernels/sm90/sm90_layer_plan.h"
 #include "src/kernels/sm90/sm90_layer_producer.cuh"
 #include "src/kernels/sm90/sm90_layer_schedule.cuh"
+#include "src/kernels/sm90/sm90_layer_split.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 
 namespace swa_decode::sm90 {
@@ -240,6 +241,13 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
       q.advance();
     }
 
+    if constexpr (Pair::kSplitKeys) {  // this CTA's share of the token: its partials, combined later
+      const float stats[2][2] = {{row_max[0], quad_sum(row_sum[0])}, {row_max[1], quad_sum(row_sum[1])}};
+      wait_peer_done_with_stages<Pair>(sync, kv);
+      park_layer_partials(p, smem, o, o_started, kHalf, stats, slab * kSlabHeads);
+      continue;
+    }
+
     // ---- the sink, lse and out (an item without entries: sum 0, so out 0 and lse p.empty_token_lse) ----
     // The sinks are read here, not held in registers across the tiles: after the first item they
     // come from L1.
@@ -315,6 +323,11 @@ __device__ __forceinline__ void run_value_consumer(const DecodeParams& p, LayerS
         o_started = true;
       }
       meta.advance();
+    }
+    if constexpr (Pair::kSplitKeys) {  // this CTA's share of the token: its partials, combined later
+      wait_peer_done_with_stages<Pair>(sync, kv);
+      park_layer_partials(p, smem, o, o_started, kHalf, nullptr, slab * kSlabHeads);
+      continue;
     }
     ptx::mbarrier_wait(&exchange.final_full, final_use.phase);
     const float out_factor[2] = {exchange.out_factor[row_lo], exchange.out_factor[row_lo + 8]};

@@ -50,10 +50,13 @@ static_assert(kShareRows % 8 == 0, "a share starts on a multiple of 8 keys (the 
 // Staging's rows from here on hold ConsumerExchange (below): no gather stages into them.
 inline constexpr int kExchangeFirstRow = kStagingShares * kShareRows;  // 32
 
-template <int kCtasPerToken, bool kSplitGatherWarps = true>
+template <int kCtasPerToken, bool kSplitGatherWarps = true, bool kSplitKeysOverCtas = false>
 struct LayerPair {
   static_assert(kCtasPerToken == 1 || kCtasPerToken == 2, "one slab or a pair");
+  static_assert(!kSplitKeysOverCtas || kSplitGatherWarps, "a key split keeps the split gather (same-format sources)");
   static constexpr int kCtas = kCtasPerToken;
+  // KeySplit (below): a token's entries over several CTAs (or pairs) of one cluster.
+  static constexpr bool kSplitKeys = kSplitKeysOverCtas;
   static constexpr int kGatherKeys = kSubtileKeys / kCtas;  // keys of each subtile this CTA gathers
   static constexpr bool kSplitGather = kSplitGatherWarps;   // an issuer warp and dequantizing warps
   static constexpr int kIssuerThreads = 32;
@@ -73,6 +76,22 @@ struct LayerPair {
   static_assert(kSplitGather || kGatherKeys <= kExchangeFirstRow,
                 "v4's gather warps stage the CTA's keys below ConsumerExchange: a pair only");
 };
+
+// v15 (session 23, not run on a GPU yet): below a wave of work items most SMs idle while each
+// item's chain of subtiles runs one after another (H200, T = 8: 64-71 us for 16 pairs, ~6.5 us a
+// subtile against 3.1-3.5 at full occupancy). With a key split, the launch runs one item a CTA,
+// not persistent: cluster = kCtas x count CTAs, rank = split * kCtas + slab, each CTA (or pair)
+// taking a contiguous share of the token's index columns (window first, whole subtiles) and
+// parking its unnormalized O and row statistics in its own shared memory for the combine
+// (src/common/split_partials.cuh, as the portable kernel's window split does).
+struct KeySplit {
+  int index;  // this CTA's share
+  int count;  // shares of each token: 1 without a split
+};
+inline constexpr int kMaxLayerClusterCtas = 8;  // the portable cluster size
+// Where the partials are parked: O ([64 heads][512 dims] fp32, split_partials.cuh's layout) over
+// the K/V ring, the row statistics (64 x float2) over q, both free once the item's last PV is done.
+inline constexpr int kPartialsBytes = kSlabHeads * kHeadDim * 4;
 
 // The layer kernel's K/V ring and q: sizeof is 226 KiB, the window kernel's SmemPlan with the two
 // consumers' 4-stage q rings (2 x 4 x 8 KiB) turned into the item's whole q (8 x 8 KiB).
@@ -170,6 +189,8 @@ struct LayerSmemSync {
 // kv 131072 + q 65536 + staging 32768 + row_offset 1024 + inv_scale 1024 = 231424 B = 226 KiB;
 // 2 records (32 B) + 1 count (4 B, padded to 8) + 28 mbarriers x 8 B = 264 B.
 static_assert(sizeof(LayerSmemPlan) == 226 * 1024 && sizeof(LayerSmemSync) == 264, "the sizes the comments here use");
+static_assert(kPartialsBytes <= sizeof(LayerSmemPlan::kv) && kSlabHeads * (8 + 4) <= sizeof(LayerSmemPlan::q),
+              "a key split's partials fit the ring, its row statistics and sinks q");
 
 // Bytes the launch asks for. The records and barriers (264 B) fit every gap that SmemSync's 144 B
 // fit but the ones from 144 to 256 B, where they go after the plan instead; the worst case is

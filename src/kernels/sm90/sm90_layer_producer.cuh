@@ -20,10 +20,30 @@
 
 namespace swa_decode::sm90 {
 
-// The slab of 64 heads this CTA runs of each of its tokens: a pair's cluster rank, 0 alone.
+// The slab of 64 heads this CTA runs of each of its tokens, which is also its place in its pair
+// (the half of each subtile it gathers): a pair's cluster rank (with a key split, the rank's low
+// bit: rank = split * 2 + slab), 0 alone.
 template <class Pair>
 __device__ __forceinline__ int slab_of_cta(int rank) {
-  return Pair::kCtas == 2 ? rank : 0;
+  if constexpr (Pair::kCtas == 2) return Pair::kSplitKeys ? rank % 2 : rank;
+  return 0;
+}
+
+// The index columns of a token that one share of a key split takes, counted over its window's
+// columns and then its extra source's: whole subtiles, so that no subtile straddles two CTAs, the
+// last share what is left (possibly nothing). Without a split (count 1): every column.
+struct SplitColumns {
+  int window_begin, window_end;  // of the window's columns
+  int extra_begin, extra_end;    // of the extra source's columns
+};
+__device__ __forceinline__ SplitColumns split_columns(int window_columns, int extra_columns, const KeySplit& split) {
+  if (split.count == 1) return {0, window_columns, 0, extra_columns};  // folded without a split
+  const int total = window_columns + extra_columns;
+  const int per_share = ((total + split.count - 1) / split.count + kSubtileKeys - 1) / kSubtileKeys * kSubtileKeys;
+  const int begin = min(total, split.index * per_share);
+  const int end = min(total, begin + per_share);
+  return {min(begin, window_columns), min(end, window_columns), max(begin, window_columns) - window_columns,
+          max(end, window_columns) - window_columns};
 }
 
 // The 8 TMA boxes of the item's q (64 dims x 64 heads each; heads past num_heads are zero-filled).
@@ -70,7 +90,7 @@ __device__ __forceinline__ void prefetch_source_rows_l2(const KvSourceParams& sr
                                                         int lane, int rank) {
   static_assert(Pair::kGatherKeys % kCompactThreads == 0, "a lane's keys stay in this CTA's share");
   constexpr int kStep = kCompactThreads * Pair::kCtas;
-  const int first = lane + rank * Pair::kGatherKeys;
+  const int first = lane + slab_of_cta<Pair>(rank) * Pair::kGatherKeys;
   if (src.is_model1) {
     prefetch_rows_l2<true>(src, row_offset, n, first, kStep);
   } else {
@@ -89,7 +109,8 @@ static_assert(kRecordColumnsPerLane * kCompactThreads == kKeys, "a record is one
 
 template <class Pair>
 __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p, const CUtensorMap& q_map,
-                                                          LayerSmemPlan& smem, LayerSmemSync& sync, int rank) {
+                                                          LayerSmemPlan& smem, LayerSmemSync& sync, int rank,
+                                                          const KeySplit& split) {
   const int lane = threadIdx.x % 32;
   const int slab = slab_of_cta<Pair>(rank);
   const ItemOrder& order = item_order(smem);
@@ -99,16 +120,16 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
   PipeState<1> q_load;
   for (int k = 0; k < items; ++k) {
     const int token = item_token(order, k);
-    const int window_columns = token_columns(p.window, token);
-    const int extra_columns = has_extra ? token_columns(p.extra, token) : 0;
-    const int window_tiles = window_columns > 0 ? 1 : 0;
-    const int tiles = window_tiles + (extra_columns + kKeys - 1) / kKeys;
+    const SplitColumns columns =
+        split_columns(token_columns(p.window, token), has_extra ? token_columns(p.extra, token) : 0, split);
+    const int window_tiles = columns.window_end > columns.window_begin ? 1 : 0;
+    const int tiles = window_tiles + (columns.extra_end - columns.extra_begin + kKeys - 1) / kKeys;
     const int records = tiles > 0 ? tiles : 1;
     for (int r = 0; r < records; ++r) {
       const bool from_window = r < window_tiles;
       const KvSourceParams& src = from_window ? p.window : p.extra;
-      const int begin = from_window ? 0 : (r - window_tiles) * kKeys;
-      const int end = from_window ? window_columns : min(begin + kKeys, extra_columns);
+      const int begin = from_window ? columns.window_begin : columns.extra_begin + (r - window_tiles) * kKeys;
+      const int end = from_window ? columns.window_end : min(begin + kKeys, columns.extra_end);
       // The record's index and scale loads go out before the wait for its buffer, so that their
       // two round trips run under it: waiting first, they followed each buffer's release and the
       // gather warps waited for records (perf-notes, layer v7: 4x fewer of those waits, 1-7%).
@@ -367,7 +388,7 @@ __device__ __forceinline__ void wait_stage_free(uint64_t* bar, uint32_t parity) 
 template <class Pair>
 __device__ __forceinline__ void run_layer_gather_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                        int rank) {
-  const int first_key = rank * Pair::kGatherKeys;
+  const int first_key = slab_of_cta<Pair>(rank) * Pair::kGatherKeys;
   GatherCursor at;
   PipeState<kKvStages> kv;
   if (!start_gather(smem, sync, at)) return;
@@ -451,7 +472,7 @@ template <class Pair>
 __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                 int rank) {
   const int lane = threadIdx.x % 32;
-  const int first_key = rank * Pair::kGatherKeys;
+  const int first_key = slab_of_cta<Pair>(rank) * Pair::kGatherKeys;
   GatherCursor at;
   PipeState<kStagingShares> share;
   if (!start_gather(smem, sync, at)) return;
@@ -483,7 +504,7 @@ __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmem
 template <class Pair>
 __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                   int rank) {
-  const int first_key = rank * Pair::kGatherKeys;
+  const int first_key = slab_of_cta<Pair>(rank) * Pair::kGatherKeys;
   GatherCursor at;
   PipeState<kKvStages> kv;
   PipeState<kStagingShares> share;

@@ -108,13 +108,25 @@ __device__ __forceinline__ void rank_keys(const uint32_t* keys, int tokens, int3
 
 // Writes this CTA's ItemOrder; run by all kThreads threads before the roles start (it ends in a CTA
 // barrier). Round robin where sorting cannot help (one token a unit or fewer) or does not fit (more
-// than kMaxSortedTokens tokens, more than kItemOrderCapacity a unit).
+// than kMaxSortedTokens tokens, more than kItemOrderCapacity a unit). With a key split, one item:
+// the cluster's token.
 template <class Pair>
-__device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan& smem) {
+__device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan& smem, const KeySplit& split) {
   const int units = static_cast<int>(gridDim.x) / Pair::kCtas;
   const int unit = static_cast<int>(blockIdx.x) / Pair::kCtas;
   const int tokens = p.num_tokens;
   ItemOrder& order = item_order(smem);
+  if constexpr (Pair::kSplitKeys) {
+    if (threadIdx.x == 0) {
+      const int token = static_cast<int>(blockIdx.x) / (Pair::kCtas * split.count);
+      order.count = token < tokens ? 1 : 0;
+      order.sorted = 0;
+      order.first = token;
+      order.stride = 0;
+    }
+    __syncthreads();
+    return;
+  }
   const int rounds = tokens / units + (tokens % units != 0 ? 1 : 0);
   if (tokens <= units || tokens > kMaxSortedTokens || rounds > kItemOrderCapacity) {
     if (threadIdx.x == 0) {

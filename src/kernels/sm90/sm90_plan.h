@@ -36,6 +36,7 @@ static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegister
 inline constexpr uint32_t kQChunkBytes = kSlabHeads * kRowBytes;  // 8 KiB per TMA
 inline constexpr uint32_t kProducerBarrier = 1;  // named barrier id for the producer warpgroup
 inline constexpr uint32_t kStageWritersBarrier = 2;  // the layer kernel's dequantizing warps (peer copies)
+inline constexpr uint32_t kConsumersBarrier = 3;  // both consumer warpgroups (the layer kernel's key split)
 
 // The 128-byte swizzle of the K/V tile and the q ring (TMA writes it, wgmma reads it with a
 // descriptor whose base-offset field is 0) is defined on 1024-byte atoms: 8 rows of 128 B.
