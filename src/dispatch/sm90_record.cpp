@@ -90,8 +90,9 @@ std::string why_not(const DecodeShape& shape, const DeviceInfo& device) {
 // With the key split (key_splits below: both sources of one row format; session 24,
 // bench/results/session24/): at H = 128, T = 8 / 16 the split ran 36.9 / 60.6 against 53.9 / 67.4
 // (C4A), 34.8 / 45.1 against 40.0 / 64.6 (C128A 64k), 184 / 188 against 266 / 747 (C128A 1M); at
-// T = 1 the portable kernel still wins C4A and C128A 64k (27.2 / 21.3 against 35.5 / 28.5), so the
-// split starts at T = 4 (between, not measured when this was set). At H = 64 the split lost up to
+// T = 1 / 2 / 4 / 6 the portable kernel still wins C4A (27.1 / 27.3 / 33.4 / 34.1 against 35.5 /
+// 35.9 / 36.2 / 36.5) and C128A 64k (21.3 / 23.8 / 29.1 / 31.6 against 28.5 / 30.9 / 32.7 / 32.4),
+// so the split starts at T = 8 (T = 7 not measured). At H = 64 the split lost up to
 // T = 32 (T = 8 / 32: 31.6 / 54.9 against 25.5 / 42.7) and won at T = 48 (38.0 against 50.3): the
 // unsplit crossover. Other head counts and fewer entries keep kMinTokens (not measured).
 constexpr int64_t kLayerCrossoverMinEntries = 512;
@@ -100,7 +101,7 @@ struct LayerCrossover {
   int64_t min_tokens;        // sources of two row formats: no key split
   int64_t min_tokens_split;  // sources of one row format
 };
-constexpr LayerCrossover kLayerCrossovers[] = {{128, 20, 4}, {64, 48, 48}};
+constexpr LayerCrossover kLayerCrossovers[] = {{128, 20, 8}, {64, 48, 48}};
 
 // The key split needs both sources in one row format (a mixed pair keeps v4's gather).
 bool can_split_keys(const DecodeShape& shape) { return shape.has_extra && shape.window_format == shape.extra_format; }

@@ -374,7 +374,7 @@ TEST(SelectKernel, TheSm90LayerKernelChecksTheExtraSourceLikeTheWindow) {
                        "kv_cache address and strides must be multiples of 16"));
   // The free choice's preference is the window kernel's (more than 16 heads, at least 64 tokens)
   // except at the measured crossovers, with at least 512 entries (sm90_record.cpp, kLayerCrossovers):
-  // H = 128 from 4 tokens where the key split runs (one row format), from 20 where it does not
+  // H = 128 from 8 tokens where the key split runs (one row format), from 20 where it does not
   // (a seed window with a MODEL1 extra source); H = 64 from 48 either way.
   EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(64, 17)), kH200));
   EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(63, 17)), kH200));
@@ -385,8 +385,8 @@ TEST(SelectKernel, TheSm90LayerKernelChecksTheExtraSourceLikeTheWindow) {
     return s;
   };
   for (int64_t entries : {int64_t{512}, int64_t{1024}, int64_t{8192}}) {
-    EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(4, 128), entries), kH200)) << entries;
-    EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(3, 128), entries), kH200)) << entries;
+    EXPECT_TRUE(kSm90Record.preferred(with_extra(shape(8, 128), entries), kH200)) << entries;
+    EXPECT_FALSE(kSm90Record.preferred(with_extra(shape(7, 128), entries), kH200)) << entries;
     EXPECT_TRUE(kSm90Record.preferred(mixed(with_extra(shape(20, 128), entries)), kH200)) << entries;
     EXPECT_FALSE(kSm90Record.preferred(mixed(with_extra(shape(19, 128), entries)), kH200)) << entries;
     for (const DecodeShape& s : {with_extra(shape(48, 64), entries), mixed(with_extra(shape(48, 64), entries))}) {
