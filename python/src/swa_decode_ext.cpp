@@ -443,7 +443,7 @@ struct DecodeScalars {
   std::string extra_kv_format;
   int64_t lens_rows_per_entry;          // tokens one lens entry covers; validate_args' range
   std::optional<int64_t> extra_lens_rows_per_entry;  // default 1 (checked_extra)
-  // -inf (decode's convention) or +inf (flash_mla_exchange's, FlashMLA's) for a token without entries.
+  // -inf (decode's default) or +inf (FlashMLA's, flash_mla_exchange's) for a token without entries.
   swa_decode::EmptyTokenLse empty_token_lse = swa_decode::EmptyTokenLse::kNegativeInfinity;
 };
 
@@ -580,12 +580,17 @@ void run_decode(const DecodeArrays& a, const DecodeScalars& s, uintptr_t stream,
                            std::to_string(static_cast<int>(status.code)) + ": " + status.message);
 }
 
-// The scalar arguments of both entry points, in their order.
+// The scalar arguments of the entry points, in their order. empty_lse_positive: +inf (FlashMLA's)
+// rather than -inf for a token without entries. A flag, not decode()'s float empty_token_lse: the
+// Python layer checks that float in one place and maps it to the flag, which cannot name a third
+// value (and the custom ops take the flag too: torch.library's schema parser refuses a float
+// default of -inf).
 DecodeScalars scalars_of(int64_t block_size, std::optional<double> scale,
                          std::optional<int64_t> window_size, std::optional<int64_t> extra_block_size,
                          std::optional<int64_t> extra_window, std::string kv_format,
                          std::string extra_kv_format, int64_t lens_rows_per_entry,
-                         std::optional<int64_t> extra_lens_rows_per_entry) {
+                         std::optional<int64_t> extra_lens_rows_per_entry,
+                         bool empty_lse_positive) {
   return DecodeScalars{.block_size = block_size,
                        .scale = scale,
                        .window_size = window_size,
@@ -594,7 +599,10 @@ DecodeScalars scalars_of(int64_t block_size, std::optional<double> scale,
                        .kv_format = std::move(kv_format),
                        .extra_kv_format = std::move(extra_kv_format),
                        .lens_rows_per_entry = lens_rows_per_entry,
-                       .extra_lens_rows_per_entry = extra_lens_rows_per_entry};
+                       .extra_lens_rows_per_entry = extra_lens_rows_per_entry,
+                       .empty_token_lse = empty_lse_positive
+                                              ? swa_decode::EmptyTokenLse::kPositiveInfinity
+                                              : swa_decode::EmptyTokenLse::kNegativeInfinity};
 }
 
 template <class Array>
@@ -615,7 +623,7 @@ void decode(const InArray& q, const InArray& kv_cache, const std::optional<InArr
             const std::optional<InArray>& extra_indices, const std::optional<InArray>& extra_lens,
             std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
             std::string kv_format, std::string extra_kv_format, int64_t lens_rows_per_entry,
-            std::optional<int64_t> extra_lens_rows_per_entry) {
+            std::optional<int64_t> extra_lens_rows_per_entry, bool empty_lse_positive) {
   using swa_decode_py::view_of;
   const DecodeArrays arrays{.q = view_of(q),
                             .kv_cache = view_of(kv_cache),
@@ -632,7 +640,7 @@ void decode(const InArray& q, const InArray& kv_cache, const std::optional<InArr
   run_decode(arrays,
              scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
                         std::move(kv_format), std::move(extra_kv_format), lens_rows_per_entry,
-                        extra_lens_rows_per_entry),
+                        extra_lens_rows_per_entry, empty_lse_positive),
              stream, bf16_views);
 }
 
@@ -712,7 +720,8 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
                      std::optional<int64_t> extra_block_size, std::optional<int64_t> extra_window,
                      std::string kv_format, std::string extra_kv_format,
                      int64_t lens_rows_per_entry,
-                     std::optional<int64_t> extra_lens_rows_per_entry, bool seed_rows) {
+                     std::optional<int64_t> extra_lens_rows_per_entry, bool seed_rows,
+                     bool empty_lse_positive) {
   ExchangeViews views;
   DecodeArrays a{};
   if (!views.begin(q, &a.q)) return false;
@@ -733,7 +742,7 @@ bool decode_exchange(nb::handle q, nb::handle kv_cache, nb::handle inv_scale, nb
   run_decode(a,
              scalars_of(block_size, scale, window_size, extra_block_size, extra_window,
                         std::move(kv_format), std::move(extra_kv_format), lens_rows_per_entry,
-                        extra_lens_rows_per_entry),
+                        extra_lens_rows_per_entry, empty_lse_positive),
              stream, /*bf16_views=*/0);
   return true;
 }
@@ -835,12 +844,14 @@ bool flash_mla_exchange(nb::handle q, nb::handle k_cache, nb::handle indices, nb
   a.lse = lse_view;
   uintptr_t stream = 0;
   if (!views.stream(&stream)) return false;
-  DecodeScalars scalars = scalars_of(
-      a.kv_cache.shape(1), scale, std::nullopt,
-      has_extra ? std::optional<int64_t>(a.extra_kv_cache->shape(1)) : std::nullopt, std::nullopt,
-      kModel1Name, kModel1Name, s_q, has_extra ? std::optional<int64_t>(s_q) : std::nullopt);
-  scalars.empty_token_lse = swa_decode::EmptyTokenLse::kPositiveInfinity;
-  run_decode(a, scalars, stream, /*bf16_views=*/0);
+  const auto extra_block_size =
+      has_extra ? std::optional<int64_t>(a.extra_kv_cache->shape(1)) : std::nullopt;
+  run_decode(a,
+             scalars_of(a.kv_cache.shape(1), scale, std::nullopt, extra_block_size, std::nullopt,
+                        kModel1Name, kModel1Name, s_q,
+                        has_extra ? std::optional<int64_t>(s_q) : std::nullopt,
+                        /*empty_lse_positive=*/true),
+             stream, /*bf16_views=*/0);
   return true;
 }
 
@@ -859,6 +870,7 @@ NB_MODULE(_C, m) {
         nb::arg("extra_window").none() = nb::none(), nb::arg("kv_format") = kE4m3Name,
         nb::arg("extra_kv_format") = kE4m3Name, nb::arg("lens_rows_per_entry") = 1,
         nb::arg("extra_lens_rows_per_entry").none() = nb::none(),
+        nb::arg("empty_lse_positive") = false,
         "Runs swa_decode::decode on DLPack tensors. CUDA work is enqueued on `stream` (a "
         "cudaStream_t as an integer, 0 = legacy default stream) and not waited for. scale and "
         "window_size default (None) to head_dim ** -0.5 and indices.shape[-1]; indices may be "
@@ -866,7 +878,9 @@ NB_MODULE(_C, m) {
         "extra_window defaults to extra_indices.shape[1]). kv_format / extra_kv_format: 'e4m3' or "
         "'model1' (584-byte rows with their scales; inv_scale may then be None). lens (or "
         "extra_lens) None: every index column counts; lens_rows_per_entry (or "
-        "extra_lens_rows_per_entry) n: lens holds one length per n consecutive rows (T / n).");
+        "extra_lens_rows_per_entry) n: lens holds one length per n consecutive rows (T / n). "
+        "empty_lse_positive: +inf (EmptyTokenLse::kPositiveInfinity) instead of -inf as the lse of "
+        "a token without entries.");
   m.def("decode_exchange", &decode_exchange, nb::arg("q"), nb::arg("kv_cache"),
         nb::arg("inv_scale").none(), nb::arg("indices"), nb::arg("lens").none(),
         nb::arg("attn_sink").none(),
@@ -877,6 +891,7 @@ NB_MODULE(_C, m) {
         nb::arg("extra_window").none(), nb::arg("kv_format") = kE4m3Name,
         nb::arg("extra_kv_format") = kE4m3Name, nb::arg("lens_rows_per_entry") = 1,
         nb::arg("extra_lens_rows_per_entry").none() = nb::none(), nb::arg("seed_rows") = false,
+        nb::arg("empty_lse_positive") = false,
         "decode() for arrays whose type has the DLPack C exchange API (torch.Tensor), read in "
         "place and run on the framework's current stream. Returns False, having run nothing, "
         "when an argument is not such an array on q's device (or q is on neither the CPU nor a "

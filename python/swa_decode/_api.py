@@ -1,8 +1,9 @@
 """The public Python functions. Checked here: only what the native layer cannot see (Python types,
-integer arguments that must not be truncated, torch devices, the longer index and length tensors of
-the seed, dtypes DLPack cannot carry); everything else (shapes, strides, ranges, dtypes, the
-(1, T, W) indices, the defaults of scale and window_size, what the GPU supports) is checked or
-decided once in the binding or in C++ and raised from there.
+integer arguments that must not be truncated, empty_token_lse (a float, handed down as a flag),
+torch devices, the longer index and length tensors of the seed, dtypes DLPack cannot carry);
+everything else (shapes, strides, ranges, dtypes, the (1, T, W) indices, the defaults of scale and
+window_size, what the GPU supports) is checked or decided once in the binding or in C++ and raised
+from there.
 
 An eager call on torch tensors (nothing tracing it) goes straight to the binding
 (_torch_ops.decode_eager); the checks above are then the binding's refusals, which send the call
@@ -10,6 +11,7 @@ down the general path that raises them here, so every message is the same on bot
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, NamedTuple, Optional
 
@@ -52,7 +54,7 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
            extra_inv_scale=None, extra_indices=None, extra_lens=None,
            extra_block_size: Optional[int] = None, extra_window: Optional[int] = None,
            kv_format: str = "e4m3", extra_kv_format: str = "e4m3", lens_rows_per_entry: int = 1,
-           extra_lens_rows_per_entry: Optional[int] = None):
+           extra_lens_rows_per_entry: Optional[int] = None, empty_token_lse: float = -math.inf):
     """Sliding-window decode attention over a paged e4m3 KV cache (semantics: docs/semantics.md).
 
     q (T, H, D) bf16; kv_cache (num_blocks, block_size, D) uint8 or float8_e4m3fn e4m3 bytes
@@ -83,7 +85,9 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
 
     scale defaults to D ** -0.5, window_size to indices.shape[-1]. Returns out (T, H, D) bf16, or
     (out, lse) with lse (T, H) fp32 (natural log, without the sink) when return_lse. out= (and lse=)
-    write into the caller's buffers instead of allocating.
+    write into the caller's buffers instead of allocating. empty_token_lse: the lse of a token with
+    no valid entry in either source, float('-inf') (the default: the log of its empty sum) or
+    float('inf') (FlashMLA's convention); its out is 0 either way.
 
     torch tensors: CUDA runs the GPU kernel on the current stream, CPU the float64 reference. A
     traced call (torch.compile, make_fx, jit.trace, vmap, autograd on the output) goes through the
@@ -100,6 +104,7 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
     _format_arg("kv_format", kv_format)
     _format_arg("extra_kv_format", extra_kv_format)
     formats = (kv_format, extra_kv_format)
+    empty_lse_positive = _empty_lse_positive(empty_token_lse)
     # Alone, extra_lens_rows_per_entry makes the binding ask for the rest of the extra source.
     lens_rows = (_int_arg("lens_rows_per_entry", lens_rows_per_entry),
                  None if extra_lens_rows_per_entry is None
@@ -116,17 +121,20 @@ def decode(q, kv_cache, inv_scale, indices, lens, *, block_size: int,
         if stream is None and _ops.eager(q):
             result = _ops.decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
                                        return_lse, block_size, scale, window_size, extra,
-                                       formats=formats, lens_rows=lens_rows)
+                                       formats=formats, lens_rows=lens_rows,
+                                       empty_lse_positive=empty_lse_positive)
             if result is not None:
                 return result
         return _decode_torch(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                              scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
                              return_lse=return_lse, lse=lse, stream=stream, extra=extra,
-                             formats=formats, lens_rows=lens_rows)
+                             formats=formats, lens_rows=lens_rows,
+                             empty_lse_positive=empty_lse_positive)
     return _decode_dlpack(q, kv_cache, inv_scale, indices, lens, block_size=block_size,
                           scale=scale, window_size=window_size, attn_sink=attn_sink, out=out,
                           return_lse=return_lse, lse=lse, stream=stream, extra=extra,
-                          formats=formats, lens_rows=lens_rows)
+                          formats=formats, lens_rows=lens_rows,
+                          empty_lse_positive=empty_lse_positive)
 
 
 def _format_arg(name: str, value) -> None:
@@ -134,6 +142,18 @@ def _format_arg(name: str, value) -> None:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str ('e4m3' or 'model1'), got {type(value).__name__} "
                         f"{value!r}")
+
+
+def _empty_lse_positive(empty_token_lse) -> bool:
+    """decode()'s empty_token_lse as the custom ops' and the binding's flag (True: +inf). The one
+    place that says which values there are: the lse of a token without entries is the log of its
+    empty sum, -inf, or FlashMLA's +inf (docs/semantics.md, "Edge cases"); below this a bool cannot
+    name a third one."""
+    if isinstance(empty_token_lse, float) and math.isinf(empty_token_lse):
+        return bool(empty_token_lse > 0)  # a numpy float64's comparison is a numpy bool
+    raise ValueError("empty_token_lse must be float('-inf') (the default) or float('inf') "
+                     f"(FlashMLA's convention), got {type(empty_token_lse).__name__} "
+                     f"{empty_token_lse!r}")
 
 
 class _Extra(NamedTuple):
@@ -212,7 +232,8 @@ def _first_rows(x, name: str, num_tokens: int):
 # ---------------------------------------------------------------------------------------------
 
 def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                  attn_sink, out, return_lse, lse, stream, extra, formats, lens_rows):
+                  attn_sink, out, return_lse, lse, stream, extra, formats, lens_rows,
+                  empty_lse_positive):
     if stream is not None:
         raise ValueError("stream= is for DLPack arrays; torch tensors run on the current stream "
                          "(use `with torch.cuda.stream(s):`), got stream=" + repr(stream))
@@ -236,12 +257,13 @@ def _decode_torch(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, w
     if out is None:
         out_t, lse_t = _ops.decode_op(q, kv_cache, inv_scale, indices, lens, attn_sink,
                                      block_size, scale, window_size, bool(return_lse),
-                                     *extra_args, *formats, *lens_rows)
+                                     *extra_args, *formats, *lens_rows, empty_lse_positive)
         return (out_t, lse_t) if return_lse else out_t
     if return_lse and lse is None:
         lse = _torch.empty((q.shape[0], q.shape[1]), dtype=_torch.float32, device=q.device)
     _ops.decode_out_op(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
-                      block_size, scale, window_size, *extra_args, *formats, *lens_rows)
+                      block_size, scale, window_size, *extra_args, *formats, *lens_rows,
+                      empty_lse_positive)
     return (out, lse) if return_lse else out
 
 
@@ -308,7 +330,8 @@ def _as_uint8_if_float8(kv_cache):
 
 
 def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, window_size,
-                   attn_sink, out, return_lse, lse, stream, extra, formats, lens_rows):
+                   attn_sink, out, return_lse, lse, stream, extra, formats, lens_rows,
+                   empty_lse_positive):
     device = _dlpack_device(q, "q")
     named = [("kv_cache", kv_cache), ("inv_scale", inv_scale), ("indices", indices),
              ("lens", lens), ("attn_sink", attn_sink), ("out", out), ("lse", lse)]
@@ -357,5 +380,6 @@ def _decode_dlpack(q, kv_cache, inv_scale, indices, lens, *, block_size, scale, 
 
     _C.decode(export(q), export(kv_cache), export(inv_scale), export(indices), export(lens),
               export(attn_sink), export(out_arg), export(lse), block_size, scale,
-              window_size, stream_handle, bf16_views, *extra_args, *formats, *lens_rows)
+              window_size, stream_handle, bf16_views, *extra_args, *formats, *lens_rows,
+              empty_lse_positive)
     return (out, lse) if return_lse else out

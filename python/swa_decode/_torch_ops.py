@@ -77,14 +77,15 @@ increment_versions = _version_bumper()  # also flash_mla's eager call, for the o
 
 def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, return_lse,
                  block_size, scale, window_size, extra, seed_rows=False,
-                 formats=("e4m3", "e4m3"), lens_rows=(1, None)):
+                 formats=("e4m3", "e4m3"), lens_rows=(1, None), empty_lse_positive=False):
     """decode() for torch tensors outside any trace (``eager(q)``), without the dispatcher: what
     ``decode_op`` / ``decode_out_op`` would return, or None, having run nothing, when the call must
     take them instead (an argument the binding cannot read in place; lse= without out=; an output
     the ops would tie to autograd). Writes into out= / lse= without allocating. seed_rows: indices
     and lens may have more rows than q, as native_swa_decode_attention takes them. formats: the
     window's and the extra source's row formats (kv_format, extra_kv_format); lens_rows: their
-    lens_rows_per_entry and extra_lens_rows_per_entry."""
+    lens_rows_per_entry and extra_lens_rows_per_entry; empty_lse_positive: the ops' flag, +inf
+    rather than -inf for a token without entries."""
     if out is None:
         if lse is not None:
             return None  # the ops' path says why
@@ -103,7 +104,8 @@ def decode_eager(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, ret
     # tuple that nanobind then unpacks, where a plain call hands it the arguments' array).
     if not _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
                               block_size, scale, window_size, x[0], x[1], x[2], x[3], x[4], x[5],
-                              formats[0], formats[1], lens_rows[0], lens_rows[1], seed_rows):
+                              formats[0], formats[1], lens_rows[0], lens_rows[1], seed_rows,
+                              empty_lse_positive):
         return None
     if mutated:  # as decode_out_op's ADInplaceOrView kernel does for its mutated arguments
         increment_versions(mutated if lse is None else (out, lse))
@@ -136,12 +138,13 @@ def _current_stream(device: torch.device) -> int:
 def _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
             window_size, extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
             extra_block_size, extra_window, kv_format, extra_kv_format, lens_rows_per_entry,
-            extra_lens_rows_per_entry) -> None:
+            extra_lens_rows_per_entry, empty_lse_positive) -> None:
     # The extra source's arguments go through as given: the binding checks all-or-nothing.
     if _C.decode_exchange(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size,
                           scale, window_size, extra_kv_cache, extra_inv_scale, extra_indices,
                           extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format,
-                          lens_rows_per_entry, extra_lens_rows_per_entry):
+                          lens_rows_per_entry, extra_lens_rows_per_entry, False,  # seed_rows
+                          empty_lse_positive):
         return
     # torch without the exchange API, or a tensor it cannot describe, or tensors on several
     # devices (which the binding then reports): DLPack capsules.
@@ -153,7 +156,7 @@ def _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_si
         None if extra_kv_cache is None else _capsule(_as_e4m3_bytes(extra_kv_cache)),
         _optional_capsule(extra_inv_scale), _optional_capsule(extra_indices),
         _optional_capsule(extra_lens), extra_block_size, extra_window, kv_format, extra_kv_format,
-        lens_rows_per_entry, extra_lens_rows_per_entry)
+        lens_rows_per_entry, extra_lens_rows_per_entry, empty_lse_positive)
 
 
 def _lse_shape(q: torch.Tensor, return_lse: bool):
@@ -167,8 +170,11 @@ def _lse_shape(q: torch.Tensor, return_lse: bool):
 # six arguments after the window's, all defaulting to None: callers of the window-only schema keep
 # working unchanged. kv_format / extra_kv_format ("e4m3" or "model1") follow; a "model1"
 # source's inv_scale is not read and may be None. lens_rows_per_entry / extra_lens_rows_per_entry
-# (tokens one lens entry covers, None = 1 for the extra source) come last; lens and extra_lens may
-# be None (every index column counts).
+# (tokens one lens entry covers, None = 1 for the extra source) follow; lens and extra_lens may
+# be None (every index column counts). empty_lse_positive comes last: True writes +inf (FlashMLA's
+# convention) rather than -inf as the lse of a token without entries. decode()'s empty_token_lse
+# (-inf or +inf) becomes this flag: a float default of -inf is one torch.library's schema parser
+# refuses ("expected number but found 'ident'"), and a bool has no third value to check.
 @torch.library.custom_op("swa_decode::decode", mutates_args=())
 def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch.Tensor],
               indices: torch.Tensor, lens: Optional[torch.Tensor],
@@ -180,7 +186,7 @@ def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch
               extra_lens: Optional[torch.Tensor] = None, extra_block_size: Optional[int] = None,
               extra_window: Optional[int] = None, kv_format: str = "e4m3",
               extra_kv_format: str = "e4m3", lens_rows_per_entry: int = 1,
-              extra_lens_rows_per_entry: Optional[int] = None
+              extra_lens_rows_per_entry: Optional[int] = None, empty_lse_positive: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """out (T, H, D) bf16 and lse (T, H) fp32 (or (0,) without return_lse); see docs/semantics.md."""
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
@@ -188,7 +194,7 @@ def decode_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[torch
     _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse if return_lse else None,
             block_size, scale, window_size, extra_kv_cache, extra_inv_scale, extra_indices,
             extra_lens, extra_block_size, extra_window, kv_format, extra_kv_format,
-            lens_rows_per_entry, extra_lens_rows_per_entry)
+            lens_rows_per_entry, extra_lens_rows_per_entry, empty_lse_positive)
     return out, lse
 
 
@@ -197,7 +203,7 @@ def _decode_fake(q, kv_cache, inv_scale, indices, lens, attn_sink, block_size, s
                  window_size, return_lse, extra_kv_cache=None, extra_inv_scale=None,
                  extra_indices=None, extra_lens=None, extra_block_size=None, extra_window=None,
                  kv_format="e4m3", extra_kv_format="e4m3", lens_rows_per_entry=1,
-                 extra_lens_rows_per_entry=None):
+                 extra_lens_rows_per_entry=None, empty_lse_positive=False):
     return (q.new_empty(q.shape, dtype=torch.bfloat16),
             q.new_empty(_lse_shape(q, return_lse), dtype=torch.float32))
 
@@ -215,12 +221,13 @@ def decode_out_op(q: torch.Tensor, kv_cache: torch.Tensor, inv_scale: Optional[t
                   extra_block_size: Optional[int] = None,
                   extra_window: Optional[int] = None, kv_format: str = "e4m3",
                   extra_kv_format: str = "e4m3", lens_rows_per_entry: int = 1,
-                  extra_lens_rows_per_entry: Optional[int] = None) -> None:
+                  extra_lens_rows_per_entry: Optional[int] = None,
+                  empty_lse_positive: bool = False) -> None:
     """Writes into the caller's out (T, H, D) bf16 and optional lse (T, H) fp32."""
     _launch(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse, block_size, scale,
             window_size, extra_kv_cache, extra_inv_scale, extra_indices, extra_lens,
             extra_block_size, extra_window, kv_format, extra_kv_format, lens_rows_per_entry,
-            extra_lens_rows_per_entry)
+            extra_lens_rows_per_entry, empty_lse_positive)
 
 
 @decode_out_op.register_fake
@@ -228,5 +235,5 @@ def _decode_out_fake(q, kv_cache, inv_scale, indices, lens, attn_sink, out, lse,
                      window_size, extra_kv_cache=None, extra_inv_scale=None, extra_indices=None,
                      extra_lens=None, extra_block_size=None, extra_window=None,
                      kv_format="e4m3", extra_kv_format="e4m3", lens_rows_per_entry=1,
-                     extra_lens_rows_per_entry=None):
+                     extra_lens_rows_per_entry=None, empty_lse_positive=False):
     return None

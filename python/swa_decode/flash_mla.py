@@ -80,9 +80,9 @@ def _flash_mla_eager(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
     """The call for torch tensors outside any trace (``_torch_ops.eager(q)``, q 4-D): the binding
     reads FlashMLA's shapes in place and the kernel writes the +inf of an empty row, so the call
     costs two allocations (lse, and out without out=) and one binding call, not the general path's
-    reshapes, decode() and pass over lse (~14 -> ~4 us of host time on a CPU,
-    docs/perf-notes.md). None, having run nothing, when the binding cannot vouch for the arguments:
-    the general path then reports them."""
+    reshapes and decode() (~14 -> ~4 us of host time on a CPU, docs/perf-notes.md, where the
+    general path still made a pass over lse). None, having run nothing, when the binding cannot
+    vouch for the arguments: the general path then reports them."""
     batch, s_q, h_q, _ = q.shape
     out_given = out is not None
     if not out_given:  # q's shape and dtype (bf16, or the binding raises): 1.0 us, torch.empty 2.5
@@ -114,10 +114,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     512 ** -0.5. block_table, cache_seqlens, tile_scheduler_metadata and num_splits are not read.
 
     Returns (out (b, s_q, h_q, 512) bf16, lse (b, h_q, s_q) fp32): lse is the natural log of the
-    softmax denominator without the sink, +inf for a row with no entry (as FlashMLA; the library
-    says -inf), a view of a (b, s_q, h_q) buffer. out= writes into the caller's (b, s_q, h_q, 512)
-    bf16 tensor. Allocates lse and, when not given, out: nothing else (the lengths are read in
-    place, _batch_lens).
+    softmax denominator without the sink, +inf for a row with no entry (as FlashMLA; decode()'s
+    default is -inf), a view of a (b, s_q, h_q) buffer. out= writes into the caller's
+    (b, s_q, h_q, 512) bf16 tensor. Allocates lse and, when not given, out: nothing else (the
+    lengths are read in place, _batch_lens).
 
     The dense path (indices None), causal=True, a bf16 cache (is_fp8_kvcache False) and
     head_dim_v other than 512 are refused; valid arguments no GPU kernel of this build runs
@@ -184,10 +184,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     lse_rows = torch.empty((rows, h_q), dtype=torch.float32, device=q.device)
     if scale is None:
         scale = HEAD_DIM ** -0.5
+    # FlashMLA's +inf for an empty row, written by the kernel as in the eager call.
     decode(q.reshape(rows, h_q, head_dim), k_cache, None, window, lens,
            block_size=k_cache.shape[1], scale=scale, attn_sink=attn_sink, out=out_rows,
-           return_lse=True, lse=lse_rows, kv_format="model1", lens_rows_per_entry=s_q, **extra)
-    # An empty row's -inf becomes FlashMLA's +inf in place (the eager call has the kernel write
-    # it); NaN (a NaN q head) stays NaN.
-    lse_rows.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
+           return_lse=True, lse=lse_rows, kv_format="model1", lens_rows_per_entry=s_q,
+           empty_token_lse=math.inf, **extra)
     return out, lse_rows.view(batch, s_q, h_q).transpose(1, 2)

@@ -313,5 +313,20 @@ def op_calls(monkeypatch):
     return calls
 
 
+def op_calls_in(graph, op) -> list[dict]:
+    """The arguments, by name and with the schema's defaults filled in, of each call of the custom
+    op `op` (e.g. torch.ops.swa_decode.decode.default) in an FX graph, however the trace spelled
+    them (make_fx records them positionally)."""
+    schema = op._schema.arguments
+    calls = []
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and node.target == op:
+            args = {a.name: a.default_value for a in schema if a.has_default_value()}
+            args.update(zip((a.name for a in schema), node.args))
+            args.update(node.kwargs)
+            calls.append(args)
+    return calls
+
+
 def has_cuda() -> bool:
     return torch.cuda.is_available()

@@ -383,3 +383,42 @@ def test_no_lens_counts_every_index_column_up_to_the_limit(source):
         out, lse = run(b, return_lse=True, extra_lens=None)
     assert not out.isnan().any()
     assert torch.equal(out, with_lens_out) and torch.equal(lse, with_lens_lse)
+
+
+# ---- empty_token_lse (docs/semantics.md, "Edge cases") --------------------------------------
+def empty_token_batch():
+    """Token 1 has no entry in either source, token 3 none in the window, token 0 none in the
+    extra source: only token 1 is empty."""
+    return make_batch(T=5, H=4, D=64, W=16, lens=[16, 0, 5, 0, 1], seed=41, sink=0.5,
+                      extra=dict(W=8, lens=[0, -2, 3, 8, 0]))
+
+
+@pytest.mark.parametrize("path", ["torch", "torch out= lse=", "numpy"])
+@pytest.mark.parametrize("empty_token_lse", [-math.inf, math.inf])
+def test_empty_token_lse_is_what_the_caller_asks(empty_token_lse, path):
+    """The empty token's lse is -inf (the default) or +inf as asked, on every path; its out is 0
+    and every other token's out and lse are the same bits either way."""
+    b = empty_token_batch()
+    if path == "numpy":
+        np = pytest.importorskip("numpy")
+        args = dict(as_numpy(b), block_size=b.block_size, attn_sink=b.attn_sink.numpy(),
+                    return_lse=True)
+        default = swa_decode.decode(**args)
+        got = swa_decode.decode(**args, empty_token_lse=empty_token_lse)
+        default, got = ([torch.from_numpy(np.asarray(x, dtype=np.float64)) for x in pair]
+                        for pair in (default, got))
+    elif path == "torch":
+        default = run(b, return_lse=True)
+        got = run(b, return_lse=True, empty_token_lse=empty_token_lse)
+    else:
+        default = run(b, return_lse=True)
+        got = (torch.full_like(b.q, math.nan), torch.full((5, 4), math.nan))
+        run(b, out=got[0], lse=got[1], return_lse=True, empty_token_lse=empty_token_lse)
+    (default_out, default_lse), (out, lse) = default, got
+    ref_out, ref_lse = reference(b)
+    assert (ref_lse[1] == -math.inf).all() and torch.isfinite(ref_lse[[0, 2, 3, 4]]).all()
+    assert_lse_equal(default_lse, ref_lse)
+    assert (lse[1] == empty_token_lse).all() and (out[1] == 0).all()
+    assert torch.equal(out, default_out)
+    assert torch.equal(lse[[0, 2, 3, 4]], default_lse[[0, 2, 3, 4]])
+    assert_bf16_rounding_of(out, ref_out)

@@ -1,12 +1,15 @@
 """The DLPack path (numpy on CPU) and the torch integration that needs no GPU: the seed drop-in
 against the seed's own fallback, the custom ops under opcheck and torch.compile(fullgraph=True)."""
 
+import math
+
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import swa_decode
 from conftest import (as_numpy, assert_bf16_rounding_of, assert_lse_equal, load_bench_module,
-                      make_batch, reference)
+                      make_batch, op_calls_in, reference)
 
 np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -155,3 +158,82 @@ def test_torch_compile_fullgraph_cpu_with_an_extra_source():
     ref_out, ref_lse = reference(b)
     assert_bf16_rounding_of(out2 / 2, ref_out)
     assert_lse_equal(lse, ref_lse)
+
+
+# ---- empty_token_lse through the custom ops: decode()'s float becomes their empty_lse_positive --
+
+def empty_token_batch():
+    """Tokens 1 and 3 without entries (lens 0 and -1)."""
+    return make_batch(T=4, H=2, D=64, W=16, lens=[16, 0, 5, -1], sink=0.5, seed=17)
+
+
+def test_custom_ops_take_empty_lse_positive():
+    """The ops' trailing flag: False (the default, as every existing caller gets) writes -inf for
+    an empty token, True +inf; nothing else changes."""
+    b = empty_token_batch()
+    args = (b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, b.attn_sink, b.block_size, 0.125, 16)
+    results = {}
+    for flag in (None, False, True):
+        kwargs = {} if flag is None else dict(empty_lse_positive=flag)
+        out, lse = torch.ops.swa_decode.decode(*args, True, **kwargs)
+        out_given, lse_given = torch.empty_like(b.q), torch.empty(4, 2)
+        torch.ops.swa_decode.decode_out(*args[:6], out_given, lse_given, *args[6:], **kwargs)
+        assert torch.equal(out, out_given) and torch.equal(lse, lse_given)
+        results[flag] = out, lse
+    ref_out, ref_lse = reference(b, scale=0.125)
+    for flag, (out, lse) in results.items():
+        assert_bf16_rounding_of(out, ref_out)
+        assert (lse[[1, 3]] == (math.inf if flag else -math.inf)).all()
+        assert_lse_equal(lse[[0, 2]], ref_lse[[0, 2]])
+    assert torch.equal(results[None][1], results[False][1])
+
+
+def test_opcheck_custom_ops_with_empty_lse_positive():
+    b = empty_token_batch()
+    args = (b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, b.attn_sink, b.block_size, 0.125, 16)
+    flag = dict(empty_lse_positive=True)
+    for return_lse in (True, False):
+        torch.library.opcheck(torch.ops.swa_decode.decode.default, args + (return_lse,), flag)
+    out, lse = torch.empty_like(b.q), torch.empty(4, 2)
+    torch.library.opcheck(torch.ops.swa_decode.decode_out.default,
+                          args[:6] + (out, lse) + args[6:], flag)
+
+
+@pytest.mark.parametrize("out_given", [False, True])
+def test_traces_record_empty_token_lse_as_the_ops_flag(out_given):
+    """make_fx records decode(empty_token_lse=inf) as the op with empty_lse_positive=True, and
+    the traced graph writes +inf for the empty tokens."""
+    b = empty_token_batch()
+
+    def step(q, kv, scale, idx, lens, sink):
+        out = torch.empty_like(q) if out_given else None
+        return swa_decode.decode(q, kv, scale, idx, lens, block_size=16, attn_sink=sink,
+                                 out=out, return_lse=True, empty_token_lse=math.inf)
+
+    args = (b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, b.attn_sink)
+    graph = make_fx(step)(*args)
+    op = torch.ops.swa_decode.decode_out if out_given else torch.ops.swa_decode.decode
+    calls = op_calls_in(graph, op.default)
+    assert [call["empty_lse_positive"] for call in calls] == [True], graph.code
+    out, lse = graph(*args)
+    assert (lse[[1, 3]] == math.inf).all()
+    ref_out, ref_lse = reference(b)
+    assert_bf16_rounding_of(out, ref_out)
+    assert_lse_equal(lse[[0, 2]], ref_lse[[0, 2]])
+
+
+@pytest.mark.parametrize("empty_token_lse", [-math.inf, math.inf])
+def test_torch_compile_fullgraph_cpu_with_empty_token_lse(empty_token_lse):
+    b = empty_token_batch()
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def step(q, kv, scale, idx, lens, sink):
+        out, lse = swa_decode.decode(q, kv, scale, idx, lens, block_size=16, attn_sink=sink,
+                                     return_lse=True, empty_token_lse=empty_token_lse)
+        return out.float() * 2, lse
+
+    out2, lse = step(b.q, b.kv_cache, b.inv_scale, b.indices, b.lens, b.attn_sink)
+    ref_out, ref_lse = reference(b)
+    assert_bf16_rounding_of(out2 / 2, ref_out)
+    assert (lse[[1, 3]] == empty_token_lse).all()
+    assert_lse_equal(lse[[0, 2]], ref_lse[[0, 2]])

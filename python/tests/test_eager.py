@@ -106,6 +106,11 @@ RESULT_CASES = {
     "int32 ids and lengths": lambda: run(window_batch(index_dtype=torch.int32,
                                                       lens_dtype=torch.int32)),
     "extra source": lambda: run(extra_batch(), return_lse=True),
+    "empty_token_lse=+inf": lambda: run(window_batch(), return_lse=True,
+                                        empty_token_lse=float("inf")),
+    "empty_token_lse=+inf, out= lse=": lambda: (lambda b: run(
+        b, out=out_buffer(b), lse=torch.empty(5, 4), return_lse=True,
+        empty_token_lse=float("inf")))(window_batch()),
     "strided": strided,
     "zero tokens": lambda: run(make_batch(T=0, H=4, D=64, W=16), return_lse=True),
     "drop-in": lambda: drop_in(window_batch()),

@@ -100,6 +100,11 @@ CASES = {
                                lse=torch.zeros(3, 8)[:, ::2]),
     "lse rows broadcast": expect(ValueError, "lse", "got 0", out=OUT,
                                  lse=torch.zeros(1, 4).expand(3, 4)),
+    # ---- empty_token_lse: a float, -inf or +inf ----
+    "empty_token_lse 0": expect(ValueError, "empty_token_lse must be", "got float 0.0",
+                                empty_token_lse=0.0),
+    "empty_token_lse str": expect(ValueError, "empty_token_lse must be", "got str 'inf'",
+                                  empty_token_lse="inf"),
 }
 
 
@@ -315,6 +320,43 @@ def test_extra_indices_are_2d_only(bx):
     with pytest.raises(ValueError, match=r"^extra_indices must be 2-D \(num_tokens, index_cols\), "
                                          r"got 3-D$"):
         call(bx, **{**bx.extra_kwargs(), "extra_indices": bx.extra.indices.unsqueeze(0)})
+
+
+EMPTY_TOKEN_LSE = ("empty_token_lse must be float('-inf') (the default) or float('inf') "
+                   "(FlashMLA's convention), got ")
+# Values decode() refuses for empty_token_lse, and how its message names each.
+BAD_EMPTY_TOKEN_LSE = {
+    "zero": (0.0, "float 0.0"),
+    "nan": (float("nan"), "float nan"),
+    "finite": (-1e30, "float -1e+30"),
+    "int": (1, "int 1"),
+    "bool": (True, "bool True"),
+    "str": ("-inf", "str '-inf'"),
+    "None": (None, "NoneType None"),
+    "tensor": (torch.tensor(float("inf")), "Tensor tensor(inf)"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_EMPTY_TOKEN_LSE))
+@pytest.mark.parametrize("path", ["torch", "torch out=", "numpy"])
+def test_empty_token_lse_is_minus_or_plus_inf_as_a_float(b, case, path):
+    """Exactly float('-inf') or float('inf'): anything else, a number that is not infinite or an
+    infinity that is not a float, raises before anything runs, the same message on every path."""
+    value, given = BAD_EMPTY_TOKEN_LSE[case]
+    with pytest.raises(ValueError, match=f"^{re.escape(EMPTY_TOKEN_LSE + given)}$"):
+        if path == "numpy":
+            numpy_call(b, empty_token_lse=value)
+        else:
+            call(b, empty_token_lse=value, **({"out": torch.empty_like(b.q)} if path != "torch"
+                                              else {}))
+
+
+def test_empty_token_lse_takes_float_subclasses():
+    """A numpy float64 is a float: its infinities are accepted."""
+    np = pytest.importorskip("numpy")
+    b = make_batch(T=3, H=4, D=64, W=16, lens=[16, 0, 3], poison=False)
+    _, lse = call(b, return_lse=True, empty_token_lse=np.float64("inf"))
+    assert (lse[1] == float("inf")).all() and torch.isfinite(lse[[0, 2]]).all()
 
 
 def test_message_is_the_native_status_message(b):

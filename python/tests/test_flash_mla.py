@@ -20,7 +20,9 @@ import re
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 import swa_decode  # noqa: E402
+from conftest import op_calls_in  # noqa: E402
 from swa_decode import flash_mla as flash_mla_interface  # noqa: E402 (the engines' spelling)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -294,10 +296,9 @@ def test_lengths_read_in_place_equal_explicit_per_row_lengths(with_lengths, s_q,
         kv_format="model1", extra_kv_cache=extra_view[:, :, 0],
         extra_indices=on(device, extra_indices).view(rows, extra_topk),
         extra_lens=on(device, per_row(extra_lens, extra_topk)), extra_block_size=2,
-        extra_kv_format="model1")
+        extra_kv_format="model1", empty_token_lse=math.inf)
     assert torch.equal(out.view(rows, h_q, D), explicit_out)
-    flash_mla_lse = lse.transpose(1, 2).reshape(rows, h_q)
-    assert torch.equal(flash_mla_lse, explicit_lse.nan_to_num(posinf=math.inf, neginf=math.inf))
+    assert torch.equal(lse.transpose(1, 2).reshape(rows, h_q), explicit_lse)
     check_against_reference(out, lse, q, [(cache, indices, lens), (extra, extra_indices,
                                                                    extra_lens)],
                             512 ** -0.5, sink)
@@ -450,6 +451,58 @@ def test_eager_call_reads_strided_views_in_place(s_q, device, monkeypatch):
     check_against_reference(eager_out, eager_lse, q, [(cache, indices, lens),
                                                       (extra, extra_indices, extra_lens)],
                             512 ** -0.5, sink)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("s_q", [1, 3])
+def test_general_path_is_one_op_that_writes_plus_inf(s_q, device):
+    """Traced (make_fx on real tensors: the general path), flash_mla_with_kvcache is one
+    swa_decode op asked for +inf (empty_lse_positive=True) and no pass over lse after it: the
+    rows without entries come out +inf from the op itself, as from the eager call."""
+    gen = torch.Generator().manual_seed(90 + s_q)
+    q, (cache, indices, lens), (extra, extra_indices, extra_lens), sink = two_source_case(gen, s_q)
+    args = (*on(device, q, indices, lens, extra_indices, extra_lens, sink),
+            cache.view(device=device), extra.view(device=device))
+
+    def flash_mla(q, indices, lens, extra_indices, extra_lens, sink, window_view, extra_view):
+        return call(q, window_view, indices, topk_length=lens, attn_sink=sink,
+                    extra_k_cache=extra_view, extra_indices_in_kvcache=extra_indices,
+                    extra_topk_length=extra_lens)
+
+    graph = make_fx(flash_mla)(*args)
+    ops = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+    assert [op for op in ops if "swa_decode" in op] == ["swa_decode.decode_out.default"], ops
+    assert not [op for op in ops if "nan_to_num" in op], ops
+    calls = op_calls_in(graph, torch.ops.swa_decode.decode_out.default)
+    assert calls[0]["empty_lse_positive"] is True, graph.code
+    out, lse = graph(*args)
+    assert (lse[1] == math.inf).all() and (lse[3] == math.inf).all()
+    eager_out, eager_lse = flash_mla(*args)
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
+    check_against_reference(out, lse, q, [(cache, indices, lens),
+                                          (extra, extra_indices, extra_lens)], 512 ** -0.5, sink)
+
+
+@pytest.mark.parametrize("path", ["eager", "general"])
+def test_nan_q_head_gives_nan_lse_on_the_cpu_and_empty_rows_stay_plus_inf(path, monkeypatch):
+    """A NaN q head (an engine's uninitialized padding head) gives NaN in that head's lse on the
+    CPU backend, which propagates NaN (docs/semantics.md, "NaN inputs"; a GPU kernel's result
+    there is unspecified), on both paths; a row without entries is +inf in every head, the NaN
+    one too, and the other heads are untouched."""
+    gen = torch.Generator().manual_seed(95)
+    q, (cache, indices, lens), (extra, extra_indices, extra_lens), sink = two_source_case(gen, 1)
+    q[:, :, 5] = math.nan
+    if path == "general":
+        monkeypatch.setattr(swa_decode._torch_ops, "eager", lambda q: False)
+    out, lse = call(q, cache.view(), indices, topk_length=lens, attn_sink=sink,
+                    extra_k_cache=extra.view(), extra_indices_in_kvcache=extra_indices,
+                    extra_topk_length=extra_lens)
+    assert lse[[0, 2], 5].isnan().all()
+    assert (lse[[1, 3]] == math.inf).all() and (out[[1, 3]] == 0).all()
+    heads = [h for h in range(q.shape[2]) if h != 5]
+    check_against_reference(out, lse, q, [(cache, indices, lens),
+                                          (extra, extra_indices, extra_lens)], 512 ** -0.5, sink,
+                            heads=heads)
 
 
 @pytest.mark.parametrize("device", DEVICES)

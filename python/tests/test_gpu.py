@@ -470,6 +470,29 @@ def test_nan_in_padding_heads_of_q_stays_in_those_heads(with_extra):
     assert_lse_close(lse[:, heads.cuda()], ref_lse)
 
 
+@pytest.mark.parametrize("with_extra", [False, True])
+@pytest.mark.parametrize("H", [8, 64, MAX_GPU_HEADS])
+def test_empty_token_lse_plus_inf(with_extra, H):
+    """decode(empty_token_lse=inf), at head counts that decode() may run on different kernels:
+    the tokens without entries get out = 0 and lse = +inf, the others what the default call's
+    checks hold them to."""
+    if with_extra:
+        b = c4a_batch(T=6, H=H, X=512, seed=67, lens=[128, 0, 5, 0, 1, -1],
+                      extra_lens=[0, -1, 3, 512, 0, 0])
+        empty = [1, 5]
+    else:
+        b = make_batch(T=6, H=H, D=GPU_HEAD_DIM, num_blocks=4, block_size=64, W=128, seed=67,
+                       lens=[128, 0, -1, 1, 127, 129]).to("cuda")
+        empty = [1, 2]
+    b.attn_sink = torch.linspace(-2, 2, H, device="cuda")
+    out, lse = run(b, return_lse=True, empty_token_lse=math.inf)
+    ref_out, ref_lse = reference(b)
+    assert (ref_lse[empty] == -math.inf).all()
+    assert_close_to_reference(out, b, ref_out)
+    assert (lse[empty] == math.inf).all()
+    assert_lse_close(lse, ref_lse.where(ref_lse != -math.inf, math.inf))
+
+
 def test_extra_source_generic_dlpack_cuda_arrays_with_explicit_stream():
     b = c4a_batch(T=4, H=16, X=512)
     out = torch.empty_like(b.q)
