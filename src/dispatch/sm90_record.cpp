@@ -1,6 +1,7 @@
-// The Hopper fast path (wgmma, TMA, setmaxnreg; src/kernels/sm90/): one persistent CTA per SM runs
-// one token at a time with the whole window and all heads, so it needs the window in shared memory
-// and pays off only where there are enough heads and tokens to fill the machine. Its window kernel
+// The Hopper fast path (wgmma, TMA, setmaxnreg; src/kernels/sm90/): persistent CTAs (one an SM)
+// run one token at a time with the whole window in shared memory, so it pays off only where there
+// are enough heads and tokens to fill the machine (the layer kernel, below, also from fewer tokens
+// with a key split). Its window kernel
 // (decode_sm90.cuh) reads a window alone, in either row format; a shape with an extra source runs
 // on its layer kernel (decode_sm90_layer.cuh: the window and the extra entries in tiles of 128, one
 // token and 64 heads at a time, either format in either source), which needs the same of both
