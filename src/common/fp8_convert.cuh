@@ -85,11 +85,11 @@ __device__ __forceinline__ void e4m3x4_to_scaled_bf16x4(uint32_t codes, float sc
   hi = pack_bf16x2(fh.x * scale, fh.y * scale);
 }
 
-// A UE8M0 scale code as the bf16 2^(code - 127),
-// in both halves of a bf16x2: exact for every code (code 0 is 2^-127, a bf16 subnormal; 255 is NaN,
-// as OCP says), since bf16 has fp32's 8 exponent bits.
+// A UE8M0 scale code as the bf16 2^(code - 127), in both halves of a bf16x2: the upper half of
+// ue8m0_to_float's bits, exact for every code (code 0 is 2^-127, a bf16 subnormal; 255 stays NaN),
+// since bf16 has fp32's 8 exponent bits and a power of two no mantissa bit below them.
 __device__ __forceinline__ __nv_bfloat162 ue8m0_to_bf16x2(uint32_t code) {
-  const uint32_t bits = code == 0 ? 0x0040u : code == 0xFF ? 0x7FC0u : code << 7;
+  const uint32_t bits = __float_as_uint(ue8m0_to_float(code)) >> 16;
   const uint32_t both = bits | (bits << 16);
   return *reinterpret_cast<const __nv_bfloat162*>(&both);
 }
