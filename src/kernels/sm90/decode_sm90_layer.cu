@@ -17,9 +17,7 @@ cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_
   const int most = slabs == 2 ? persistent_ctas & ~1 : persistent_ctas;
   const int ctas = items < most ? items : most;
   if (slabs == 1) return sm90::launch_layer_kernel<1, true, false>(params, q_map, ctas, 1, dependent_launch, stream);
-  // sm90_layer_plan.h, LayerPair: a pair over sources of two row formats keeps v4's gather warps.
-  const bool mixed_formats = params.extra.kv_cache != nullptr && params.extra.is_model1 != params.window.is_model1;
-  return mixed_formats ? sm90::launch_layer_kernel<2, false, false>(params, q_map, ctas, 1, dependent_launch, stream)
+  return sm90::mixed_row_formats(params) ? sm90::launch_layer_kernel<2, false, false>(params, q_map, ctas, 1, dependent_launch, stream)
                        : sm90::launch_layer_kernel<2, true, false>(params, q_map, ctas, 1, dependent_launch, stream);
 }
 

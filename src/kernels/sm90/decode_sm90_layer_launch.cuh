@@ -12,6 +12,12 @@
 
 namespace swa_decode::sm90 {
 
+// Sources of two row formats (a seed window beside a kModel1 extra source, or the reverse): a pair
+// then keeps v4's gather warps (LayerPair's kSplitGather) and no key split runs.
+inline bool mixed_row_formats(const DecodeParams& params) {
+  return params.extra.kv_cache != nullptr && params.extra.is_model1 != params.window.is_model1;
+}
+
 template <int kCtasPerToken, bool kSplitGather, bool kSplitKeys>
 cudaError_t launch_layer_kernel(const DecodeParams& params, const CUtensorMap& q_map, int ctas, int splits,
                                 bool dependent_launch, cudaStream_t stream) {

@@ -77,7 +77,7 @@ struct LayerPair {
                 "v4's gather warps stage the CTA's keys below ConsumerExchange: a pair only");
 };
 
-// v15 (session 23, not run on a GPU yet): below a wave of work items most SMs idle while each
+// v15 (session 23; measured in session 24, docs/perf-notes.md): below a wave of work items most SMs idle while each
 // item's chain of subtiles runs one after another (H200, T = 8: 64-71 us for 16 pairs, ~6.5 us a
 // subtile against 3.1-3.5 at full occupancy). With a key split, the launch runs one item a CTA,
 // not persistent: cluster = kCtas x count CTAs, rank = split * kCtas + slab, each CTA (or pair)

@@ -116,26 +116,24 @@ __device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan
   const int unit = static_cast<int>(blockIdx.x) / Pair::kCtas;
   const int tokens = p.num_tokens;
   ItemOrder& order = item_order(smem);
-  if constexpr (Pair::kSplitKeys) {
+  // Tokens first, first + stride, ... (count of them), unsorted; ends the function's work.
+  const auto walk = [&](int count, int first, int stride) {
     if (threadIdx.x == 0) {
-      const int token = static_cast<int>(blockIdx.x) / (Pair::kCtas * split.count);
-      order.count = token < tokens ? 1 : 0;
+      order.count = count;
       order.sorted = 0;
-      order.first = token;
-      order.stride = 0;
+      order.first = first;
+      order.stride = stride;
     }
     __syncthreads();
+  };
+  if constexpr (Pair::kSplitKeys) {
+    const int token = static_cast<int>(blockIdx.x) / (Pair::kCtas * split.count);
+    walk(token < tokens ? 1 : 0, token, 0);
     return;
   }
   const int rounds = tokens / units + (tokens % units != 0 ? 1 : 0);
   if (tokens <= units || tokens > kMaxSortedTokens || rounds > kItemOrderCapacity) {
-    if (threadIdx.x == 0) {
-      order.count = unit < tokens ? (tokens - 1 - unit) / units + 1 : 0;
-      order.sorted = 0;
-      order.first = unit;
-      order.stride = units;
-    }
-    __syncthreads();
+    walk(unit < tokens ? (tokens - 1 - unit) / units + 1 : 0, unit, units);
     return;
   }
   uint32_t* keys = reinterpret_cast<uint32_t*>(&smem.q[0][0][0]);
