@@ -15,11 +15,25 @@ namespace swa_decode {
 // A token's length in `src` (docs/semantics.md, "Valid entries"): lens[token / lens_rows_per_entry],
 // one division per token and source, outside every per-entry loop. No lens: every index column
 // counts; index_cols >= max_entries, so max_entries is what columns_in_window keeps of it either way.
+// Issued and read apart (issue_token_length, then length_of), so that a caller's loads of several
+// lengths go out before any is used: widened inside the int32 / int64 branch, each load waited for
+// before the next was issued (the layer kernel's SASS, perf-notes "Session 24"). The bits are the
+// loaded word, an int32 in the low half, or max_entries without lens.
+__device__ __forceinline__ uint64_t issue_token_length(const KvSourceParams& src, int token) {
+  uint64_t bits = static_cast<uint64_t>(src.max_entries);
+  if (src.lens != nullptr) {
+    const int entry = token / src.lens_rows_per_entry;
+    bits = src.lens_is_i64 ? static_cast<const uint64_t*>(src.lens)[entry] : static_cast<const uint32_t*>(src.lens)[entry];
+  }
+  return bits;
+}
+__device__ __forceinline__ int64_t length_of(const KvSourceParams& src, uint64_t bits) {
+  return src.lens == nullptr || src.lens_is_i64 ? static_cast<int64_t>(bits)
+                                                : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
+}
+
 __device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, int token) {
-  if (src.lens == nullptr) return src.max_entries;
-  const int entry = token / src.lens_rows_per_entry;
-  return src.lens_is_i64 ? static_cast<const int64_t*>(src.lens)[entry]
-                         : static_cast<int64_t>(static_cast<const int32_t*>(src.lens)[entry]);
+  return length_of(src, issue_token_length(src, token));
 }
 
 // The index columns of `token` in `src` that may hold entries: its length cut to the source's limit.
@@ -27,15 +41,30 @@ __device__ __forceinline__ int token_columns(const KvSourceParams& src, int toke
   return columns_in_window(load_token_length(src, token), src.max_entries);
 }
 
+// Both sources' index columns of `token` (extra: 0 without one), both lengths issued before either
+// is used; issue_token_lengths and columns_of apart let a caller issue several tokens' first.
+struct IssuedLengths {
+  uint64_t window;
+  uint64_t extra;
+};
+struct TokenColumns {
+  int window;
+  int extra;
+};
+__device__ __forceinline__ IssuedLengths issue_token_lengths(const DecodeParams& p, int token) {
+  return {issue_token_length(p.window, token), p.extra.kv_cache != nullptr ? issue_token_length(p.extra, token) : 0};
+}
+__device__ __forceinline__ TokenColumns columns_of(const DecodeParams& p, const IssuedLengths& lengths) {
+  return {columns_in_window(length_of(p.window, lengths.window), p.window.max_entries),
+          p.extra.kv_cache != nullptr ? columns_in_window(length_of(p.extra, lengths.extra), p.extra.max_entries) : 0};
+}
+__device__ __forceinline__ TokenColumns token_columns_of_both(const DecodeParams& p, int token) {
+  return columns_of(p, issue_token_lengths(p, token));
+}
+
 // Elements from src.indices to `token`'s slot id in index column `column`.
 __device__ __forceinline__ int64_t slot_id_offset(const KvSourceParams& src, int token, int column) {
   return token * src.stride_indices_token + column;
-}
-
-__device__ __forceinline__ int64_t load_slot_id(const KvSourceParams& src, int token, int column) {
-  const int64_t offset = slot_id_offset(src, token, column);
-  return src.index_is_i64 ? static_cast<const int64_t*>(src.indices)[offset]
-                          : static_cast<int64_t>(static_cast<const int32_t*>(src.indices)[offset]);
 }
 
 // Where that slot id is (for a prefetch).
@@ -98,23 +127,51 @@ struct LoadedColumns {
   float scale[kColumnsPerThread];  // unused for RowOffset = SlotInBlock
 };
 
-// Issues all of a pass's index loads, then all of its scale loads, before using any.
+// Issues all of a pass's index loads, then all of its scale loads, before using any. A load sits
+// alone in its branch (int32 or int64 ids, bf16 or fp32 scales, as the source's flags say) and is
+// widened in a loop of its own after the last one is out: widened inside the branch, every load
+// waited for the one before (the layer kernel's compaction warp: 4 dependent round trips a lane
+// for the ids and 4 for the scales before session 24).
 template <int kThreads, int kColumnsPerThread, bool kSlotsInBlocks>
 __device__ __forceinline__ LoadedColumns<kColumnsPerThread> load_columns(const KvSourceParams& src, int token, int base,
                                                                          int column_end, int tid) {
   LoadedColumns<kColumnsPerThread> loaded;
+  const int64_t row = slot_id_offset(src, token, 0);
+  uint64_t id_bits[kColumnsPerThread];
 #pragma unroll
   for (int k = 0; k < kColumnsPerThread; ++k) {
     const int column = base + k * kThreads + tid;
-    loaded.slot[k] = column < column_end ? load_slot_id(src, token, column) : -1;
+    id_bits[k] = ~uint64_t{0};  // -1 either way
+    if (column < column_end) {
+      id_bits[k] = src.index_is_i64 ? static_cast<const uint64_t*>(src.indices)[row + column]
+                                    : static_cast<const uint32_t*>(src.indices)[row + column];
+    }
   }
 #pragma unroll
   for (int k = 0; k < kColumnsPerThread; ++k) {
+    loaded.slot[k] = src.index_is_i64 ? static_cast<int64_t>(id_bits[k])
+                                      : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(id_bits[k])));
     loaded.valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(loaded.slot[k], src.num_slots);
+  }
+  if constexpr (!kSlotsInBlocks) {
     // A kModel1 row carries its scales (applied when it is dequantized): compacted as row offsets
     // (the sm90 layer kernel) its entry's factor is 1, and its inv_scale (null) is never read.
-    if constexpr (!kSlotsInBlocks) {
-      loaded.scale[k] = loaded.valid[k] ? (src.is_model1 ? 1.0f : load_inv_scale(src, loaded.slot[k])) : 0.0f;
+    uint32_t scale_bits[kColumnsPerThread];
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      scale_bits[k] = 0;
+      if (loaded.valid[k] && !src.is_model1) {
+        scale_bits[k] = src.inv_scale_is_f32 ? static_cast<const uint32_t*>(src.inv_scale)[loaded.slot[k]]
+                                             : static_cast<const uint16_t*>(src.inv_scale)[loaded.slot[k]];
+      }
+    }
+    // A bf16 widens to the float of its bits shifted up 16 (exact, NaN kept).
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      loaded.scale[k] = !loaded.valid[k]    ? 0.0f
+                        : src.is_model1       ? 1.0f
+                        : src.inv_scale_is_f32 ? __uint_as_float(scale_bits[k])
+                                               : __uint_as_float(scale_bits[k] << 16);
     }
   }
   return loaded;

@@ -115,13 +115,12 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
   const int slab = slab_of_cta<Pair>(rank);
   const ItemOrder& order = item_order(smem);
   const int items = order.count;
-  const bool has_extra = p.extra.kv_cache != nullptr;
   PipeState<2> meta;
   PipeState<1> q_load;
   for (int k = 0; k < items; ++k) {
     const int token = item_token(order, k);
-    const SplitColumns columns =
-        split_columns(token_columns(p.window, token), has_extra ? token_columns(p.extra, token) : 0, split);
+    const TokenColumns available = token_columns_of_both(p, token);
+    const SplitColumns columns = split_columns(available.window, available.extra, split);
     const int window_tiles = columns.window_end > columns.window_begin ? 1 : 0;
     const int tiles = window_tiles + (columns.extra_end - columns.extra_begin + kKeys - 1) / kKeys;
     const int records = tiles > 0 ? tiles : 1;
