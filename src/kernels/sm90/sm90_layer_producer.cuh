@@ -134,6 +134,12 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
       // gather warps waited for records (perf-notes, layer v7: 4x fewer of those waits, 1-7%).
       const LoadedColumns<kRecordColumnsPerLane> loaded =
           load_columns<kCompactThreads, kRecordColumnsPerLane, false>(src, token, begin, end, lane);
+      // The first item's q goes out with its first record's loads: nothing holds q yet, and at
+      // T = 1 (one item a CTA) q's 64 KiB then land under the record's round trips, not after them.
+      if (k == 0 && r == 0 && tiles > 0) {
+        if (lane == 0) load_item_q(q_map, smem, sync, q_load, token, slab);
+        q_load.advance();
+      }
       ptx::mbarrier_wait(&sync.meta_empty[meta.index], meta.phase ^ 1u);  // everyone is done with record - 2
       const int n = tiles == 0 ? 0
                                : write_columns<kCompactThreads>(loaded, src, 0, lane, [] { __syncwarp(); },
@@ -148,9 +154,9 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
       }
       __syncwarp();
       ptx::mbarrier_arrive(&sync.meta_full[meta.index]);
-      // After the first record is out, so that the gather warps start on it while this lane waits
-      // for the previous item's last S to free q.
-      if (r == 0 && tiles > 0) {
+      // Later items' q after their first record is out, so that the gather warps start on it while
+      // this lane waits for the previous item's last S to free q.
+      if (k > 0 && r == 0 && tiles > 0) {
         if (lane == 0) load_item_q(q_map, smem, sync, q_load, token, slab);
         q_load.advance();
       }
