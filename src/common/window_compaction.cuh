@@ -17,19 +17,26 @@ namespace swa_decode {
 // counts; index_cols >= max_entries, so max_entries is what columns_in_window keeps of it either way.
 // Issued and read apart (issue_token_length, then length_of), so that a caller's loads of several
 // lengths go out before any is used: widened inside the int32 / int64 branch, each load waited for
-// before the next was issued (the layer kernel's SASS, perf-notes "Session 24"). The bits are the
-// loaded word, an int32 in the low half, or max_entries without lens.
-__device__ __forceinline__ uint64_t issue_token_length(const KvSourceParams& src, int token) {
-  uint64_t bits = static_cast<uint64_t>(src.max_entries);
+// before the next was issued (the layer kernel's SASS, perf-notes "Session 24"). Each width loads
+// into a register of its own (merged into one 64-bit value, the int32 load's move waited for it).
+struct IssuedLength {
+  int64_t wide;     // int64 lens, or max_entries without lens
+  int32_t narrow;   // int32 lens
+};
+__device__ __forceinline__ IssuedLength issue_token_length(const KvSourceParams& src, int token) {
+  IssuedLength length{src.max_entries, 0};
   if (src.lens != nullptr) {
     const int entry = token / src.lens_rows_per_entry;
-    bits = src.lens_is_i64 ? static_cast<const uint64_t*>(src.lens)[entry] : static_cast<const uint32_t*>(src.lens)[entry];
+    if (src.lens_is_i64) {
+      length.wide = static_cast<const int64_t*>(src.lens)[entry];
+    } else {
+      length.narrow = static_cast<const int32_t*>(src.lens)[entry];
+    }
   }
-  return bits;
+  return length;
 }
-__device__ __forceinline__ int64_t length_of(const KvSourceParams& src, uint64_t bits) {
-  return src.lens == nullptr || src.lens_is_i64 ? static_cast<int64_t>(bits)
-                                                : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
+__device__ __forceinline__ int64_t length_of(const KvSourceParams& src, const IssuedLength& length) {
+  return src.lens == nullptr || src.lens_is_i64 ? length.wide : static_cast<int64_t>(length.narrow);
 }
 
 __device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, int token) {
@@ -44,15 +51,16 @@ __device__ __forceinline__ int token_columns(const KvSourceParams& src, int toke
 // Both sources' index columns of `token` (extra: 0 without one), both lengths issued before either
 // is used; issue_token_lengths and columns_of apart let a caller issue several tokens' first.
 struct IssuedLengths {
-  uint64_t window;
-  uint64_t extra;
+  IssuedLength window;
+  IssuedLength extra;
 };
 struct TokenColumns {
   int window;
   int extra;
 };
 __device__ __forceinline__ IssuedLengths issue_token_lengths(const DecodeParams& p, int token) {
-  return {issue_token_length(p.window, token), p.extra.kv_cache != nullptr ? issue_token_length(p.extra, token) : 0};
+  return {issue_token_length(p.window, token),
+          p.extra.kv_cache != nullptr ? issue_token_length(p.extra, token) : IssuedLength{0, 0}};
 }
 __device__ __forceinline__ TokenColumns columns_of(const DecodeParams& p, const IssuedLengths& lengths) {
   return {columns_in_window(length_of(p.window, lengths.window), p.window.max_entries),
@@ -127,30 +135,54 @@ struct LoadedColumns {
   float scale[kColumnsPerThread];  // unused for RowOffset = SlotInBlock
 };
 
-// Issues all of a pass's index loads, then all of its scale loads, before using any. A load sits
-// alone in its branch (int32 or int64 ids, bf16 or fp32 scales, as the source's flags say) and is
-// widened in a loop of its own after the last one is out: widened inside the branch, every load
-// waited for the one before (the layer kernel's compaction warp: 4 dependent round trips a lane
-// for the ids and 4 for the scales before session 24).
-template <int kThreads, int kColumnsPerThread, bool kSlotsInBlocks>
+// Issues all of a pass's index loads, then all of its scale loads, before using any. Each load
+// sits alone in its branch and is widened in a loop of its own after the last one is out: widened
+// inside the branch, every load waited for the one before (the layer kernel's compaction warp
+// before session 24: 4 dependent round trips a lane for the ids and 4 for the scales). The ids'
+// int32 / int64 branch goes around the whole pass (kHoistIdType): per column, the int32 load's
+// move into the 64-bit slot waited for it; the portable kernel's two-group extra pass keeps the
+// per-column form, since the hoisted one spills it 8 B (and its 256 threads load 4 ids each).
+template <int kThreads, int kColumnsPerThread, bool kSlotsInBlocks, bool kHoistIdType = true>
 __device__ __forceinline__ LoadedColumns<kColumnsPerThread> load_columns(const KvSourceParams& src, int token, int base,
                                                                          int column_end, int tid) {
   LoadedColumns<kColumnsPerThread> loaded;
   const int64_t row = slot_id_offset(src, token, 0);
-  uint64_t id_bits[kColumnsPerThread];
+  if (kHoistIdType && src.index_is_i64) {
+    const int64_t* const ids = static_cast<const int64_t*>(src.indices) + row;
 #pragma unroll
-  for (int k = 0; k < kColumnsPerThread; ++k) {
-    const int column = base + k * kThreads + tid;
-    id_bits[k] = ~uint64_t{0};  // -1 either way
-    if (column < column_end) {
-      id_bits[k] = src.index_is_i64 ? static_cast<const uint64_t*>(src.indices)[row + column]
-                                    : static_cast<const uint32_t*>(src.indices)[row + column];
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = base + k * kThreads + tid;
+      loaded.slot[k] = column < column_end ? ids[column] : int64_t{-1};
+    }
+  } else if (kHoistIdType) {
+    const int32_t* const ids = static_cast<const int32_t*>(src.indices) + row;
+    int32_t narrow[kColumnsPerThread];
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = base + k * kThreads + tid;
+      narrow[k] = column < column_end ? ids[column] : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) loaded.slot[k] = narrow[k];
+  } else {
+    uint64_t id_bits[kColumnsPerThread];  // an int32 id in the low half
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = base + k * kThreads + tid;
+      id_bits[k] = ~uint64_t{0};  // -1 either way
+      if (column < column_end) {
+        id_bits[k] = src.index_is_i64 ? static_cast<const uint64_t*>(src.indices)[row + column]
+                                      : static_cast<const uint32_t*>(src.indices)[row + column];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      loaded.slot[k] = src.index_is_i64 ? static_cast<int64_t>(id_bits[k])
+                                        : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(id_bits[k])));
     }
   }
 #pragma unroll
   for (int k = 0; k < kColumnsPerThread; ++k) {
-    loaded.slot[k] = src.index_is_i64 ? static_cast<int64_t>(id_bits[k])
-                                      : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(id_bits[k])));
     loaded.valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(loaded.slot[k], src.num_slots);
   }
   if constexpr (!kSlotsInBlocks) {
@@ -245,7 +277,7 @@ __device__ __forceinline__ int write_columns(const LoadedColumns<kColumnsPerThre
 // dependent global round trips whatever the thread count: a single warp compacts a 128-entry
 // window in three (length, indices, scales) instead of nine, and 128 threads a 1024-column chunk
 // of the extra source in two instead of sixteen.
-template <int kThreads, int kColumnsPerPass, typename Sync, typename RowOffset>
+template <int kThreads, int kColumnsPerPass, bool kHoistIdType = true, typename Sync, typename RowOffset>
 __device__ int compact_columns(const KvSourceParams& src, int token, int column_begin, int column_end, int tid, Sync sync,
                                RowOffset* s_row_offset, float* s_inv_scale, int* s_warp_counts,
                                int64_t row_offset_bias = 0) {
@@ -255,7 +287,7 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
   int num_valid = 0;
   for (int base = column_begin; base < column_end; base += kThreads * kColumnsPerThread) {
     const LoadedColumns<kColumnsPerThread> loaded =
-        load_columns<kThreads, kColumnsPerThread, kModel1>(src, token, base, column_end, tid);
+        load_columns<kThreads, kColumnsPerThread, kModel1, kHoistIdType>(src, token, base, column_end, tid);
     num_valid = write_columns<kThreads>(loaded, src, num_valid, tid, sync, s_row_offset, s_inv_scale, s_warp_counts,
                                         row_offset_bias);
   }
