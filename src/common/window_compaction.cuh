@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "src/common/params.h"
+#include "src/common/ptx/sm80.cuh"
 #include "src/common/window_rule.h"
 
 namespace swa_decode {
@@ -73,13 +74,6 @@ __device__ __forceinline__ TokenColumns token_columns_of_both(const DecodeParams
 // Elements from src.indices to `token`'s slot id in index column `column`.
 __device__ __forceinline__ int64_t slot_id_offset(const KvSourceParams& src, int token, int column) {
   return token * src.stride_indices_token + column;
-}
-
-// Where that slot id is (for a prefetch).
-__device__ __forceinline__ const void* slot_id_address(const KvSourceParams& src, int token, int column) {
-  const int64_t offset = slot_id_offset(src, token, column);
-  return src.index_is_i64 ? static_cast<const void*>(static_cast<const int64_t*>(src.indices) + offset)
-                          : static_cast<const void*>(static_cast<const int32_t*>(src.indices) + offset);
 }
 
 __device__ __forceinline__ float load_inv_scale(const KvSourceParams& src, int64_t slot) {
@@ -292,6 +286,23 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
                                         row_offset_bias);
   }
   return num_valid;
+}
+
+// Pulls the lines of a token's first kColumns index columns of `src` into L1, `tid` of kThreads
+// threads taking columns tid, tid + kThreads, ..., before the length that bounds them is known
+// (columns below max_entries, which the indices hold whatever the length; read, never dereferenced
+// past it: docs/semantics.md). The compaction's id loads after the length then hit L1 instead of
+// making a second dependent round trip to HBM. Prefetches, not loads: nothing is held in registers
+// across the length's round trip (loads held so spilled the portable kernel, which does not call
+// this: its two-group variant spilled even with the prefetches).
+template <int kThreads, int kColumns>
+__device__ __forceinline__ void prefetch_index_columns_l1(const KvSourceParams& src, int token, int tid) {
+  const size_t id_bytes = src.index_is_i64 ? sizeof(int64_t) : sizeof(int32_t);
+  const char* const ids = static_cast<const char*>(src.indices) + slot_id_offset(src, token, 0) * id_bytes;
+#pragma unroll
+  for (int column = tid; column < kColumns; column += kThreads) {
+    if (column < src.max_entries) ptx::prefetch_l1(ids + column * id_bytes);
+  }
 }
 
 // All of a token's valid entries of `src` (its window: at most max_entries <= 1024 columns), 128

@@ -119,6 +119,8 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
   PipeState<1> q_load;
   for (int k = 0; k < items; ++k) {
     const int token = item_token(order, k);
+    // The window's ids into L1 beside the lengths: its record's id loads then hit L1.
+    prefetch_index_columns_l1<kCompactThreads, kKeys>(p.window, token, lane);
     const TokenColumns available = token_columns_of_both(p, token);
     const SplitColumns columns = split_columns(available.window, available.extra, split);
     const int window_tiles = columns.window_end > columns.window_begin ? 1 : 0;
