@@ -119,8 +119,13 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
   PipeState<1> q_load;
   for (int k = 0; k < items; ++k) {
     const int token = item_token(order, k);
-    // The window's ids into L1 beside the lengths: its record's id loads then hit L1.
+    // The window's ids into L1 beside the lengths: its record's id loads then hit L1. So are the
+    // extra source's first 128 where this CTA's share starts at the token's first column (no key
+    // split, or the split's first share): its first extra record's.
     prefetch_index_columns_l1<kCompactThreads, kKeys>(p.window, token, lane);
+    if (split.index == 0 && p.extra.kv_cache != nullptr) {
+      prefetch_index_columns_l1<kCompactThreads, kKeys>(p.extra, token, lane);
+    }
     const TokenColumns available = token_columns_of_both(p, token);
     const SplitColumns columns = split_columns(available.window, available.extra, split);
     const int window_tiles = columns.window_end > columns.window_begin ? 1 : 0;
