@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
 #include "src/common/ptx/sm80.cuh"
 #include "src/common/window_rule.h"
@@ -191,13 +192,13 @@ __device__ __forceinline__ LoadedColumns<kColumnsPerThread> load_columns(const K
                                              : static_cast<const uint16_t*>(src.inv_scale)[loaded.slot[k]];
       }
     }
-    // A bf16 widens to the float of its bits shifted up 16 (exact, NaN kept).
+    // bf16 bits widen exactly (bf16_bits_to_float), fp32 bits are the float.
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
       loaded.scale[k] = !loaded.valid[k]    ? 0.0f
                         : src.is_model1       ? 1.0f
                         : src.inv_scale_is_f32 ? __uint_as_float(scale_bits[k])
-                                               : __uint_as_float(scale_bits[k] << 16);
+                                               : bf16_bits_to_float(static_cast<uint16_t>(scale_bits[k]));
     }
   }
   return loaded;
