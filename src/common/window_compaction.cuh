@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "src/common/fp8_convert.cuh"
 #include "src/common/params.h"
+#include "src/common/ptx/sm80.cuh"
 #include "src/common/window_rule.h"
 
 namespace swa_decode {
@@ -15,11 +17,32 @@ namespace swa_decode {
 // A token's length in `src` (docs/semantics.md, "Valid entries"): lens[token / lens_rows_per_entry],
 // one division per token and source, outside every per-entry loop. No lens: every index column
 // counts; index_cols >= max_entries, so max_entries is what columns_in_window keeps of it either way.
+// Issued and read apart (issue_token_length, then length_of), so that a caller's loads of several
+// lengths go out before any is used: widened inside the int32 / int64 branch, each load waited for
+// before the next was issued (the layer kernel's SASS, perf-notes "Session 24"). Each width loads
+// into a register of its own (merged into one 64-bit value, the int32 load's move waited for it).
+struct IssuedLength {
+  int64_t wide;     // int64 lens, or max_entries without lens
+  int32_t narrow;   // int32 lens
+};
+__device__ __forceinline__ IssuedLength issue_token_length(const KvSourceParams& src, int token) {
+  IssuedLength length{src.max_entries, 0};
+  if (src.lens != nullptr) {
+    const int entry = token / src.lens_rows_per_entry;
+    if (src.lens_is_i64) {
+      length.wide = static_cast<const int64_t*>(src.lens)[entry];
+    } else {
+      length.narrow = static_cast<const int32_t*>(src.lens)[entry];
+    }
+  }
+  return length;
+}
+__device__ __forceinline__ int64_t length_of(const KvSourceParams& src, const IssuedLength& length) {
+  return src.lens == nullptr || src.lens_is_i64 ? length.wide : static_cast<int64_t>(length.narrow);
+}
+
 __device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, int token) {
-  if (src.lens == nullptr) return src.max_entries;
-  const int entry = token / src.lens_rows_per_entry;
-  return src.lens_is_i64 ? static_cast<const int64_t*>(src.lens)[entry]
-                         : static_cast<int64_t>(static_cast<const int32_t*>(src.lens)[entry]);
+  return length_of(src, issue_token_length(src, token));
 }
 
 // The index columns of `token` in `src` that may hold entries: its length cut to the source's limit.
@@ -27,22 +50,31 @@ __device__ __forceinline__ int token_columns(const KvSourceParams& src, int toke
   return columns_in_window(load_token_length(src, token), src.max_entries);
 }
 
+// Both sources' index columns of `token` (extra: 0 without one), both lengths issued before either
+// is used; issue_token_lengths and columns_of apart let a caller issue several tokens' first.
+struct IssuedLengths {
+  IssuedLength window;
+  IssuedLength extra;
+};
+struct TokenColumns {
+  int window;
+  int extra;
+};
+__device__ __forceinline__ IssuedLengths issue_token_lengths(const DecodeParams& p, int token) {
+  return {issue_token_length(p.window, token),
+          p.extra.kv_cache != nullptr ? issue_token_length(p.extra, token) : IssuedLength{0, 0}};
+}
+__device__ __forceinline__ TokenColumns columns_of(const DecodeParams& p, const IssuedLengths& lengths) {
+  return {columns_in_window(length_of(p.window, lengths.window), p.window.max_entries),
+          p.extra.kv_cache != nullptr ? columns_in_window(length_of(p.extra, lengths.extra), p.extra.max_entries) : 0};
+}
+__device__ __forceinline__ TokenColumns token_columns_of_both(const DecodeParams& p, int token) {
+  return columns_of(p, issue_token_lengths(p, token));
+}
+
 // Elements from src.indices to `token`'s slot id in index column `column`.
 __device__ __forceinline__ int64_t slot_id_offset(const KvSourceParams& src, int token, int column) {
   return token * src.stride_indices_token + column;
-}
-
-__device__ __forceinline__ int64_t load_slot_id(const KvSourceParams& src, int token, int column) {
-  const int64_t offset = slot_id_offset(src, token, column);
-  return src.index_is_i64 ? static_cast<const int64_t*>(src.indices)[offset]
-                          : static_cast<int64_t>(static_cast<const int32_t*>(src.indices)[offset]);
-}
-
-// Where that slot id is (for a prefetch).
-__device__ __forceinline__ const void* slot_id_address(const KvSourceParams& src, int token, int column) {
-  const int64_t offset = slot_id_offset(src, token, column);
-  return src.index_is_i64 ? static_cast<const void*>(static_cast<const int64_t*>(src.indices) + offset)
-                          : static_cast<const void*>(static_cast<const int32_t*>(src.indices) + offset);
 }
 
 __device__ __forceinline__ float load_inv_scale(const KvSourceParams& src, int64_t slot) {
@@ -98,23 +130,75 @@ struct LoadedColumns {
   float scale[kColumnsPerThread];  // unused for RowOffset = SlotInBlock
 };
 
-// Issues all of a pass's index loads, then all of its scale loads, before using any.
-template <int kThreads, int kColumnsPerThread, bool kSlotsInBlocks>
+// Issues all of a pass's index loads, then all of its scale loads, before using any. Each load
+// sits alone in its branch and is widened in a loop of its own after the last one is out: widened
+// inside the branch, every load waited for the one before (the layer kernel's compaction warp
+// before session 24: 4 dependent round trips a lane for the ids and 4 for the scales). The ids'
+// int32 / int64 branch goes around the whole pass (kHoistIdType): per column, the int32 load's
+// move into the 64-bit slot waited for it; the portable kernel's two-group extra pass keeps the
+// per-column form, since the hoisted one spills it 8 B (and its 256 threads load 4 ids each).
+template <int kThreads, int kColumnsPerThread, bool kSlotsInBlocks, bool kHoistIdType = true>
 __device__ __forceinline__ LoadedColumns<kColumnsPerThread> load_columns(const KvSourceParams& src, int token, int base,
                                                                          int column_end, int tid) {
   LoadedColumns<kColumnsPerThread> loaded;
+  const int64_t row = slot_id_offset(src, token, 0);
+  if (kHoistIdType && src.index_is_i64) {
+    const int64_t* const ids = static_cast<const int64_t*>(src.indices) + row;
 #pragma unroll
-  for (int k = 0; k < kColumnsPerThread; ++k) {
-    const int column = base + k * kThreads + tid;
-    loaded.slot[k] = column < column_end ? load_slot_id(src, token, column) : -1;
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = base + k * kThreads + tid;
+      loaded.slot[k] = column < column_end ? ids[column] : int64_t{-1};
+    }
+  } else if (kHoistIdType) {
+    const int32_t* const ids = static_cast<const int32_t*>(src.indices) + row;
+    int32_t narrow[kColumnsPerThread];
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = base + k * kThreads + tid;
+      narrow[k] = column < column_end ? ids[column] : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) loaded.slot[k] = narrow[k];
+  } else {
+    uint64_t id_bits[kColumnsPerThread];  // an int32 id in the low half
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = base + k * kThreads + tid;
+      id_bits[k] = ~uint64_t{0};  // -1 either way
+      if (column < column_end) {
+        id_bits[k] = src.index_is_i64 ? static_cast<const uint64_t*>(src.indices)[row + column]
+                                      : static_cast<const uint32_t*>(src.indices)[row + column];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      loaded.slot[k] = src.index_is_i64 ? static_cast<int64_t>(id_bits[k])
+                                        : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(id_bits[k])));
+    }
   }
 #pragma unroll
   for (int k = 0; k < kColumnsPerThread; ++k) {
     loaded.valid[k] = base + k * kThreads + tid < column_end && slot_is_valid(loaded.slot[k], src.num_slots);
+  }
+  if constexpr (!kSlotsInBlocks) {
     // A kModel1 row carries its scales (applied when it is dequantized): compacted as row offsets
     // (the sm90 layer kernel) its entry's factor is 1, and its inv_scale (null) is never read.
-    if constexpr (!kSlotsInBlocks) {
-      loaded.scale[k] = loaded.valid[k] ? (src.is_model1 ? 1.0f : load_inv_scale(src, loaded.slot[k])) : 0.0f;
+    uint32_t scale_bits[kColumnsPerThread];
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      scale_bits[k] = 0;
+      if (loaded.valid[k] && !src.is_model1) {
+        scale_bits[k] = src.inv_scale_is_f32 ? static_cast<const uint32_t*>(src.inv_scale)[loaded.slot[k]]
+                                             : static_cast<const uint16_t*>(src.inv_scale)[loaded.slot[k]];
+      }
+    }
+    // bf16 bits widen exactly (bf16_bits_to_float), fp32 bits are the float.
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      loaded.scale[k] = !loaded.valid[k]    ? 0.0f
+                        : src.is_model1       ? 1.0f
+                        : src.inv_scale_is_f32 ? __uint_as_float(scale_bits[k])
+                                               : bf16_bits_to_float(static_cast<uint16_t>(scale_bits[k]));
     }
   }
   return loaded;
@@ -188,7 +272,7 @@ __device__ __forceinline__ int write_columns(const LoadedColumns<kColumnsPerThre
 // dependent global round trips whatever the thread count: a single warp compacts a 128-entry
 // window in three (length, indices, scales) instead of nine, and 128 threads a 1024-column chunk
 // of the extra source in two instead of sixteen.
-template <int kThreads, int kColumnsPerPass, typename Sync, typename RowOffset>
+template <int kThreads, int kColumnsPerPass, bool kHoistIdType = true, typename Sync, typename RowOffset>
 __device__ int compact_columns(const KvSourceParams& src, int token, int column_begin, int column_end, int tid, Sync sync,
                                RowOffset* s_row_offset, float* s_inv_scale, int* s_warp_counts,
                                int64_t row_offset_bias = 0) {
@@ -198,11 +282,28 @@ __device__ int compact_columns(const KvSourceParams& src, int token, int column_
   int num_valid = 0;
   for (int base = column_begin; base < column_end; base += kThreads * kColumnsPerThread) {
     const LoadedColumns<kColumnsPerThread> loaded =
-        load_columns<kThreads, kColumnsPerThread, kModel1>(src, token, base, column_end, tid);
+        load_columns<kThreads, kColumnsPerThread, kModel1, kHoistIdType>(src, token, base, column_end, tid);
     num_valid = write_columns<kThreads>(loaded, src, num_valid, tid, sync, s_row_offset, s_inv_scale, s_warp_counts,
                                         row_offset_bias);
   }
   return num_valid;
+}
+
+// Pulls the lines of a token's first kColumns index columns of `src` into L1, `tid` of kThreads
+// threads taking columns tid, tid + kThreads, ..., before the length that bounds them is known
+// (columns below max_entries, which the indices hold whatever the length; read, never dereferenced
+// past it: docs/semantics.md). The compaction's id loads after the length then hit L1 instead of
+// making a second dependent round trip to HBM. Prefetches, not loads: nothing is held in registers
+// across the length's round trip (loads held so spilled the portable kernel, which does not call
+// this: its two-group variant spilled even with the prefetches).
+template <int kThreads, int kColumns>
+__device__ __forceinline__ void prefetch_index_columns_l1(const KvSourceParams& src, int token, int tid) {
+  const size_t id_bytes = src.index_is_i64 ? sizeof(int64_t) : sizeof(int32_t);
+  const char* const ids = static_cast<const char*>(src.indices) + slot_id_offset(src, token, 0) * id_bytes;
+#pragma unroll
+  for (int column = tid; column < kColumns; column += kThreads) {
+    if (column < src.max_entries) ptx::prefetch_l1(ids + column * id_bytes);
+  }
 }
 
 // All of a token's valid entries of `src` (its window: at most max_entries <= 1024 columns), 128

@@ -110,13 +110,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_few_heads_kernel(const __g
   }
   __syncthreads();  // q_max_bits cleared and the barriers initialized before anyone uses them
 
-  // The window's index columns (the first max_entries of the token's row, which the indices hold
-  // whatever its length) are pulled into L1 beside the length, so that the compaction's loads of
-  // them hit there instead of making a second dependent round trip to HBM after the length's.
-  // 128 threads each prefetch their column's line (one line serves 32 int32 or 16 int64 ids).
-  if (tid < p.window.max_entries) ptx::prefetch_l1(slot_id_address(p.window, token, tid));
-  // The list holds each entry's block and offset; the inv_scales are loaded below, beside the rows,
-  // instead of before them.
+  // The window's index columns into L1 beside the length (prefetch_index_columns_l1). The list
+  // holds each entry's block and offset; the inv_scales are loaded below, beside the rows, instead
+  // of before them.
+  prefetch_index_columns_l1<kThreads, kKeys>(p.window, token, tid);
   const int num_valid = compact_window<kThreads>(p.window, token, tid, [] { __syncthreads(); }, smem.entries,
                                                  static_cast<float*>(nullptr), smem.warp_counts);
   const int key_steps = (num_valid + kKeysPerWarp - 1) / kKeysPerWarp;  // m16 tiles of keys holding entries

@@ -414,7 +414,8 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       // sm_90. The barrier also keeps the list until the last tile's reads of it.
       __syncthreads();
       park_accumulators<kThreads>(o_acc, &smem.kv[0][0], staging);
-      num_listed = compact_columns<kThreads, kExtraChunkColumns>(p.extra, walk.token, chunk_begin, chunk_end,
+      // Ids loaded per column at two groups (load_columns, kHoistIdType: the hoisted form spills).
+      num_listed = compact_columns<kThreads, kExtraChunkColumns, (kHeadGroups == 1)>(p.extra, walk.token, chunk_begin, chunk_end,
                                                                  static_cast<int>(threadIdx.x), [] { __syncthreads(); },
                                                                  listed_entries<kExtraModel1>(s_row_offset), s_inv_scale,
                                                                  smem.warp_counts, extra_bias);

@@ -146,6 +146,12 @@ __device__ __forceinline__ void run_scoring_consumer(const DecodeParams& p, Laye
   PipeState<1> p_use;
   PipeState<1> final_use;
   float o[128];
+  // The slab's sinks (two 128-byte lines of 32 heads) into L1 now, so that the read after the
+  // item's last subtile (or the split's park) hits L1 instead of waiting ~0.5-1 us on L2 with both
+  // consumers stalled behind it.
+  if (p.attn_sink != nullptr && lane == 0 && warp < 2 && slab * kSlabHeads + warp * 32 < p.num_heads) {
+    ptx::prefetch_l1(p.attn_sink + slab * kSlabHeads + warp * 32);
+  }
   for (int k = 0; k < items; ++k) {
     const int token = item_token(order, k);
     const int head_lo = slab * kSlabHeads + warp * 16 + frag_row;

@@ -115,13 +115,19 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
   const int slab = slab_of_cta<Pair>(rank);
   const ItemOrder& order = item_order(smem);
   const int items = order.count;
-  const bool has_extra = p.extra.kv_cache != nullptr;
   PipeState<2> meta;
   PipeState<1> q_load;
   for (int k = 0; k < items; ++k) {
     const int token = item_token(order, k);
-    const SplitColumns columns =
-        split_columns(token_columns(p.window, token), has_extra ? token_columns(p.extra, token) : 0, split);
+    // The window's ids into L1 beside the lengths: its record's id loads then hit L1. So are the
+    // extra source's first 128 where this CTA's share starts at the token's first column (no key
+    // split, or the split's first share): its first extra record's.
+    prefetch_index_columns_l1<kCompactThreads, kKeys>(p.window, token, lane);
+    if (split.index == 0 && p.extra.kv_cache != nullptr) {
+      prefetch_index_columns_l1<kCompactThreads, kKeys>(p.extra, token, lane);
+    }
+    const TokenColumns available = token_columns_of_both(p, token);
+    const SplitColumns columns = split_columns(available.window, available.extra, split);
     const int window_tiles = columns.window_end > columns.window_begin ? 1 : 0;
     const int tiles = window_tiles + (columns.extra_end - columns.extra_begin + kKeys - 1) / kKeys;
     const int records = tiles > 0 ? tiles : 1;
@@ -135,6 +141,12 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
       // gather warps waited for records (perf-notes, layer v7: 4x fewer of those waits, 1-7%).
       const LoadedColumns<kRecordColumnsPerLane> loaded =
           load_columns<kCompactThreads, kRecordColumnsPerLane, false>(src, token, begin, end, lane);
+      // The first item's q goes out with its first record's loads: nothing holds q yet, and at
+      // T = 1 (one item a CTA) q's 64 KiB then land under the record's round trips, not after them.
+      if (k == 0 && r == 0 && tiles > 0) {
+        if (lane == 0) load_item_q(q_map, smem, sync, q_load, token, slab);
+        q_load.advance();
+      }
       ptx::mbarrier_wait(&sync.meta_empty[meta.index], meta.phase ^ 1u);  // everyone is done with record - 2
       const int n = tiles == 0 ? 0
                                : write_columns<kCompactThreads>(loaded, src, 0, lane, [] { __syncwarp(); },
@@ -149,9 +161,9 @@ __device__ __forceinline__ void run_layer_compaction_warp(const DecodeParams& p,
       }
       __syncwarp();
       ptx::mbarrier_arrive(&sync.meta_full[meta.index]);
-      // After the first record is out, so that the gather warps start on it while this lane waits
-      // for the previous item's last S to free q.
-      if (r == 0 && tiles > 0) {
+      // Later items' q after their first record is out, so that the gather warps start on it while
+      // this lane waits for the previous item's last S to free q.
+      if (k > 0 && r == 0 && tiles > 0) {
         if (lane == 0) load_item_q(q_map, smem, sync, q_load, token, slab);
         q_load.advance();
       }

@@ -32,10 +32,8 @@ __device__ __forceinline__ int item_token(const ItemOrder& order, int k) {
 // its records' waits, the epilogue). The compaction warp takes the same columns (its records hold
 // 128 columns, two subtiles, so ceil(columns / 64) is its subtile count without holes).
 inline constexpr int kMaxItemCost = 1 + kKeys / kSubtileKeys + static_cast<int>(kMaxExtraEntries) / kSubtileKeys;
-__device__ __forceinline__ int item_cost(const DecodeParams& p, int token) {
-  const int window = token_columns(p.window, token);
-  const int extra = p.extra.kv_cache != nullptr ? token_columns(p.extra, token) : 0;
-  return 1 + (window + kSubtileKeys - 1) / kSubtileKeys + (extra + kSubtileKeys - 1) / kSubtileKeys;
+__device__ __forceinline__ int item_cost(const TokenColumns& columns) {
+  return 1 + (columns.window + kSubtileKeys - 1) / kSubtileKeys + (columns.extra + kSubtileKeys - 1) / kSubtileKeys;
 }
 
 // Sort keys in the q buffer, which nothing uses before the roles start: up to 16384 of 4 bytes. A
@@ -46,6 +44,8 @@ inline constexpr int kMaxSortedTokens = 1 << kTokenBits;
 static_assert(kMaxSortedTokens * sizeof(uint32_t) <= sizeof(LayerSmemPlan::q), "the keys fit the q buffer");
 static_assert(kMaxItemCost < (1 << (32 - kTokenBits)) - 1, "a cost fits above the token, below the padding key");
 inline constexpr uint32_t kPaddingKey = 0xFFFFFFFFu;  // sorts after every real key
+// Tokens a thread costs at once (order_items): T <= 1536 in one batch.
+inline constexpr int kCostBatch = 4;
 
 __device__ __forceinline__ uint32_t sort_key(int cost, int token) {
   return static_cast<uint32_t>(kMaxItemCost - cost) << kTokenBits | static_cast<uint32_t>(token);
@@ -140,7 +140,20 @@ __device__ __forceinline__ void order_items(const DecodeParams& p, LayerSmemPlan
   const bool ranked = tokens <= kMaxRankedTokens;
   // Keys up to a multiple of 4 (ranked) or a power of two (bitonic), the rest padding.
   const int n = ranked ? (tokens + 3) / 4 * 4 : 1 << (32 - __clz(tokens - 1));  // tokens >= 2 here
-  for (int i = threadIdx.x; i < n; i += kThreads) keys[i] = i < tokens ? sort_key(item_cost(p, i), i) : kPaddingKey;
+  // kCostBatch tokens' lengths a thread go out before any is used: one after another, each cost
+  // waited for its two loads, ~T / 384 dependent round trips before the first item (T = 2048: 6).
+  for (int first = threadIdx.x; first < n; first += kCostBatch * kThreads) {
+    // Past the last token a batch reloads the last token's lengths (unconditional loads: no branch
+    // for the compiler to put a wait in) and writes padding keys instead.
+    IssuedLengths lengths[kCostBatch];
+#pragma unroll
+    for (int b = 0; b < kCostBatch; ++b) lengths[b] = issue_token_lengths(p, min(first + b * kThreads, tokens - 1));
+#pragma unroll
+    for (int b = 0; b < kCostBatch; ++b) {
+      const int i = first + b * kThreads;
+      if (i < n) keys[i] = i < tokens ? sort_key(item_cost(columns_of(p, lengths[b])), i) : kPaddingKey;
+    }
+  }
   __syncthreads();
   int32_t* const sorted = reinterpret_cast<int32_t*>(keys + kRankedKeys);
   if (ranked) {

@@ -134,6 +134,8 @@ __device__ __forceinline__ void run_compaction_warp(const DecodeParams& p, SmemP
   int it = 0;
   for (int token = blockIdx.x; token < p.num_tokens; token += gridDim.x, ++it) {
     const int meta = it & 1;
+    // The token's ids into L1 while this warp waits for its buffer and then for the length.
+    prefetch_index_columns_l1<kCompactThreads, kKeys>(p.window, token, lane);
     ptx::mbarrier_wait(&sync.meta_empty[meta], ((it >> 1) & 1) ^ 1);  // consumers are done with token it-2
     const int n = compact_window<kCompactThreads>(
         p.window, token, lane, [] { __syncwarp(); }, smem.row_offset[meta], smem.inv_scale[meta], sync.warp_counts);
