@@ -171,15 +171,23 @@ static_assert(keeps_seed_stages_and_two_ctas({}, true) && keeps_seed_stages_and_
 // budget, keeps_seed_stages_and_two_ctas). Measured on the H200 (perf-notes, portable v14): T = 8
 // C4A H = 128 66.9 -> 53.9 us, C4A H = 64 41.9 -> 25.3, C128A 64k H = 128 63.2 -> 39.7; 512 split
 // CTAs (T = 32) were slower: C4A H = 128 81.1 -> 97.0, H = 64 42.9 -> 52.6.
-inline constexpr int kMaxWindowSplits = 4;
+// Session 24 (branch, not run on a GPU): with an extra source of at least 8 tiles, 8 where that grid
+// still fits two CTAs per SM (T <= 4 at H = 128 in one-group CTAs: 8 head blocks x 4 tokens x 8 =
+// 256 <= 264). Every CTA still compacts the whole window, then runs its share of the window's tiles
+// and of the extra columns: at C4A H = 128, T = 1, 1 + 4 tiles of 32 keys a CTA instead of 1 + 8.
+inline constexpr int kMaxWindowSplits = 8;   // the combine's capacity (one portable cluster)
+inline constexpr int kWindowAloneSplits = 4;  // a window alone has 4 tiles of 32 keys at most
 constexpr int choose_window_splits(int64_t ctas, int window_size, int64_t extra_entries, int64_t num_sms,
                                    int cc_major) {
   if (cc_major < 9) return 1;
   const int64_t extra_tiles = (extra_entries + kKeysPerTile - 1) / kKeysPerTile;
-  if (extra_tiles >= kMaxWindowSplits) return ctas * kMaxWindowSplits <= 2 * num_sms ? kMaxWindowSplits : 1;
+  for (int splits = kMaxWindowSplits; splits >= kWindowAloneSplits; splits /= 2) {
+    if (extra_tiles >= splits && ctas * splits <= 2 * num_sms) return splits;
+  }
+  if (extra_tiles >= kWindowAloneSplits) return 1;
   const int tiles = (window_size + kKeysPerTile - 1) / kKeysPerTile;
-  if (tiles < kMaxWindowSplits || ctas * kMaxWindowSplits > num_sms / 4) return 1;
-  return kMaxWindowSplits;
+  if (tiles < kWindowAloneSplits || ctas * kWindowAloneSplits > num_sms / 4) return 1;
+  return kWindowAloneSplits;
 }
 
 }  // namespace swa_decode::portable
