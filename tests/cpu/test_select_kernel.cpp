@@ -265,6 +265,8 @@ TEST(SelectKernel, LayersSplitTheirEntriesWhileTwoCtasPerSmHoldTheSplitGrid) {
   EXPECT_EQ(portable_of(portable(32, 64, 512, kH200)).window_splits, 1);  // 128 -> 512
   EXPECT_EQ(portable_of(portable(32, 128, 1024, kH200)).window_splits, 1);
   EXPECT_EQ(portable_of(portable(1, 128, 200, kH200)).window_splits, 4);  // 7 extra tiles: not 8
+  EXPECT_EQ(portable_of(portable(1, 128, 224, kH200)).window_splits, 4);  // 7 tiles
+  EXPECT_EQ(portable_of(portable(1, 128, 225, kH200)).window_splits, 8);  // 8 tiles
   EXPECT_EQ(portable_of(portable(8, 128, 96, kH200)).window_splits, 1);  // 3 extra tiles: the window's rule
   EXPECT_EQ(portable_of(portable(1, 128, 96, kH200)).window_splits, 4);
   for (int64_t tokens : {1, 8}) EXPECT_EQ(portable_of(portable(tokens, 64, 512, kA100)).window_splits, 1);

@@ -321,10 +321,10 @@ TEST_F(PortableExtraGpu, ChunkBoundariesTwoGroups) {
   }
 }
 
-// One token of 128 heads: 8 one-group CTAs, which an H200 splits 8 ways. Each rank takes a
-// 32-column-aligned share of the extra columns: entries on the share boundaries, a rank with two
-// chunks, ranks without any entry, and ranks whose value_norms differ by 2^5 (the combine brings
-// them to the largest).
+// One token of 128 heads: 8 one-group CTAs, which an H200 splits 8 ways (4 ways behind 4 empty
+// tokens). Each rank takes a 32-column-aligned share of the extra columns: entries on the share
+// boundaries, a rank with two chunks, ranks without any entry, and ranks whose value_norms differ
+// by 2^5 (the combine brings them to the largest).
 TEST_F(PortableExtraGpu, SplitOverTheCluster) {
   struct SplitCase {
     const char* what;
@@ -356,19 +356,24 @@ TEST_F(PortableExtraGpu, SplitOverTheCluster) {
       {"window only, extra length 0", [&](Build& b) { b.token(0, dense(b, Source::kWindow, 128), SourcePlan{0}); }},
       {"nothing in either source", [&](Build& b) { b.token(0, SourcePlan{-1}, SourcePlan{0}); }},
   };
+  // Alone, the token's 8 CTAs split 8 ways; behind 4 empty tokens (40 CTAs) 4 ways, the shares
+  // then twice as wide (768 columns of 3000, 2560 of 10240: three chunks a rank).
   uint64_t seed = 1301;
-  for (const SplitCase& c : cases) {
-    SCOPED_TRACE(c.what);
-    st::ProblemShape s = shape_with_extra(1, 128, 128, 10240);
-    s.extra->lens_dtype = DType::kInt64;
-    Build build(s, seed++, [](Source source, int64_t slot) {
-      return plain_scale(slot) * (source == Source::kExtra && slot >= 1024 ? 32.0 : 1.0);
-    });
-    c.plan(build);
-    set_sinks(build.problem(), s.num_heads);
-    const std::string kernel = expect_matches_reference(build);
-    if (on_h200_class_device()) {
-      EXPECT_EQ(kernel, "portable_mma_g1_split8");
+  for (const int64_t tokens : {1, 5}) {
+    for (const SplitCase& c : cases) {
+      SCOPED_TRACE(std::string(c.what) + ", " + std::to_string(tokens) + " tokens");
+      st::ProblemShape s = shape_with_extra(tokens, 128, 128, 10240);
+      s.extra->lens_dtype = DType::kInt64;
+      Build build(s, seed++, [](Source source, int64_t slot) {
+        return plain_scale(slot) * (source == Source::kExtra && slot >= 1024 ? 32.0 : 1.0);
+      });
+      c.plan(build);
+      for (int64_t t = 1; t < tokens; ++t) build.token(t, SourcePlan{0}, SourcePlan{0});
+      set_sinks(build.problem(), s.num_heads);
+      const std::string kernel = expect_matches_reference(build);
+      if (on_h200_class_device()) {
+        EXPECT_EQ(kernel, tokens == 1 ? "portable_mma_g1_split8" : "portable_mma_g1_split4");
+      }
     }
   }
 }
