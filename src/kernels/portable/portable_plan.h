@@ -160,7 +160,7 @@ static_assert(keeps_seed_stages_and_two_ctas({}, true) && keeps_seed_stages_and_
                   keeps_seed_stages_and_two_ctas({false, true}, true) && keeps_seed_stages_and_two_ctas({true, true}, true),
               "an extra source or kModel1 rows must not cost sm_90 a stage or its second CTA per SM");
 
-// CTAs that split each token's list (one thread-block cluster of 4, window_split_combine.cuh: the
+// CTAs that split each token's list (one thread-block cluster of 4 or 8, window_split_combine.cuh: the
 // window's tiles and the extra source's columns), else 1. Clusters need sm_90.
 // A window alone: 4 when the split grid stays within a quarter of the SMs and the window has 4
 // tiles of 32 keys. Measured on the H200 (docs/perf-notes.md, portable v11): splitting 8 CTAs 4 ways
@@ -171,15 +171,25 @@ static_assert(keeps_seed_stages_and_two_ctas({}, true) && keeps_seed_stages_and_
 // budget, keeps_seed_stages_and_two_ctas). Measured on the H200 (perf-notes, portable v14): T = 8
 // C4A H = 128 66.9 -> 53.9 us, C4A H = 64 41.9 -> 25.3, C128A 64k H = 128 63.2 -> 39.7; 512 split
 // CTAs (T = 32) were slower: C4A H = 128 81.1 -> 97.0, H = 64 42.9 -> 52.6.
-inline constexpr int kMaxWindowSplits = 4;
+// Session 24 (branch, not run on a GPU): with an extra source of at least 8 tiles, 8 where that grid
+// still fits two CTAs per SM (T <= 4 at H = 128 in one-group CTAs: 8 head blocks x 4 tokens x 8 =
+// 256 <= 264). Every CTA still compacts the whole window, then runs its share of the window's tiles
+// and of the extra columns: at C4A H = 128, T = 1 ranks 0-3 run 1 + 4 tiles of 32 keys and ranks
+// 4-7 run 4, against 1 + 8 on each of 4 ranks. A cluster of 8 must fit in one GPC: whether 32 of
+// them (T = 4) fit the H200 at once is for cudaOccupancyMaxActiveClusters to say (not measured).
+inline constexpr int kMaxWindowSplits = 8;   // the combine's capacity (one portable cluster)
+inline constexpr int kWindowAloneSplits = 4;  // a window alone: the 4 ways measured (portable v11)
 constexpr int choose_window_splits(int64_t ctas, int window_size, int64_t extra_entries, int64_t num_sms,
                                    int cc_major) {
   if (cc_major < 9) return 1;
   const int64_t extra_tiles = (extra_entries + kKeysPerTile - 1) / kKeysPerTile;
-  if (extra_tiles >= kMaxWindowSplits) return ctas * kMaxWindowSplits <= 2 * num_sms ? kMaxWindowSplits : 1;
+  for (int splits = kMaxWindowSplits; splits >= kWindowAloneSplits; splits /= 2) {
+    if (extra_tiles >= splits && ctas * splits <= 2 * num_sms) return splits;
+  }
+  if (extra_tiles >= kWindowAloneSplits) return 1;
   const int tiles = (window_size + kKeysPerTile - 1) / kKeysPerTile;
-  if (tiles < kMaxWindowSplits || ctas * kMaxWindowSplits > num_sms / 4) return 1;
-  return kMaxWindowSplits;
+  if (tiles < kWindowAloneSplits || ctas * kWindowAloneSplits > num_sms / 4) return 1;
+  return kWindowAloneSplits;
 }
 
 }  // namespace swa_decode::portable
