@@ -254,8 +254,8 @@ SourcePlan dense(Build& build, Source source, int64_t len, int64_t hole_every = 
   return SourcePlan{len, [ids](int64_t c) { return c < static_cast<int64_t>(ids.size()) ? ids[static_cast<size_t>(c)] : kNoEntry; }};
 }
 
-// One group per CTA (12 tokens x 1 head block; on sm_90 each token split over an 8-CTA cluster,
-// choose_window_splits, so a rank's share of the columns crosses the chunk boundaries too, the
+// One group per CTA (12 tokens x 1 head block; on sm_90 each token split over a 4-CTA cluster,
+// choose_window_splits: 8 ways would fill 96 SMs, more than half, with 94 tiles a token, so a rank's share of the columns crosses the chunk boundaries too, the
 // unsplit kernel elsewhere and in ChunkBoundariesTwoGroups): every chunk boundary of a 3000-entry
 // extra source, lengths -1 / 0 / 1 / 1023 / 1024 / 1025 / past the limit, holes and ids past the
 // extra pool, a later chunk with 16x the scales, q NaN in one head.
@@ -292,7 +292,7 @@ TEST_F(PortableExtraGpu, ChunkBoundariesOneGroup) {
   set_sinks(build.problem(), s.num_heads);
   const std::string kernel = expect_matches_reference(build, {{11, 9}});
   if (on_h200_class_device()) {
-    EXPECT_EQ(kernel, "portable_mma_g1_split8");
+    EXPECT_EQ(kernel, "portable_mma_g1_split4");
   }
 }
 
@@ -381,8 +381,8 @@ TEST_F(PortableExtraGpu, SplitOverTheCluster) {
 // Both sources on the window's cache and scales, naming the same slots (duplicates count in both,
 // and within each): dense tokens, and sparse ones where a slot named three times outweighs the
 // others, so counting a duplicate once, or reading the extra ids through another cache, fails.
-// 80 heads in one-group CTAs (40 of them: split 4 ways on sm_90, since 8 ways would exceed two
-// CTAs an SM, choose_window_splits).
+// 80 heads in one-group CTAs (40 of them: split 4 ways on sm_90, since 8 ways would fill more than
+// half the SMs with 47 tiles a token, choose_window_splits).
 TEST_F(PortableExtraGpu, BothSourcesOnOneCache) {
   st::ProblemShape s = shape_with_extra(8, 80, 128, 1500);
   s.num_blocks = 30;  // the shared pool: 1856 usable slots
