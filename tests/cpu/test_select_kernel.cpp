@@ -249,17 +249,31 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
   }
 }
 
-// With an extra source of at least 4 tiles a token, the portable kernel splits while the split
-// grid fits two CTAs per SM (portable_plan.h, choose_window_splits; 264 on the H200's 132 SMs).
+// With an extra source of at least 4 tiles a token, the portable kernel splits 4 ways while the
+// split grid fits two CTAs per SM (portable_plan.h, choose_window_splits; 264 on the H200's 132
+// SMs); with at least 8 tiles 8 ways where that grid fills at most half the SMs (66), or, with at
+// least kHeavyExtraTiles (128), where it fits two CTAs per SM.
 TEST(SelectKernel, LayersSplitTheirEntriesWhileTwoCtasPerSmHoldTheSplitGrid) {
   const auto portable = [](int64_t tokens, int64_t heads, int64_t entries, const DeviceInfo& device) {
     return select_kernel(with_extra(shape(tokens, heads), entries), device, KernelId::kPortableMma);
   };
   EXPECT_EQ(portable_of(portable(8, 128, 1024, kH200)).window_splits, 4);  // 64 one-group CTAs -> 256
   EXPECT_EQ(portable(8, 128, 1024, kH200).plan.name, "portable_mma_g1_split4");
-  EXPECT_EQ(portable_of(portable(8, 64, 512, kH200)).window_splits, 4);   // 32 -> 128
+  EXPECT_EQ(portable_of(portable(4, 128, 1024, kH200)).window_splits, 4);  // 32 -> 256 > 66 at 8 ways
+  EXPECT_EQ(portable_of(portable(4, 128, 8192, kH200)).window_splits, 8);  // 256 tiles: 256 <= 264
+  EXPECT_EQ(portable_of(portable(4, 128, 4096, kH200)).window_splits, 8);  // 128 tiles
+  EXPECT_EQ(portable_of(portable(4, 128, 4064, kH200)).window_splits, 4);  // 127 tiles
+  EXPECT_EQ(portable_of(portable(5, 128, 8192, kH200)).window_splits, 4);  // 40 -> 320 > 264
+  EXPECT_EQ(portable_of(portable(2, 64, 512, kH200)).window_splits, 8);    // 8 -> 64 <= 66
+  EXPECT_EQ(portable(1, 128, 1024, kH200).plan.name, "portable_mma_g1_split8");
+  EXPECT_EQ(portable_of(portable(8, 64, 512, kH200)).window_splits, 4);   // 32 -> 256 > 66 at 8 ways
+  EXPECT_EQ(portable_of(portable(4, 64, 512, kH200)).window_splits, 4);   // 16 -> 128 > 66
+  EXPECT_EQ(portable_of(portable(16, 64, 512, kH200)).window_splits, 4);  // 64 -> 256
   EXPECT_EQ(portable_of(portable(32, 64, 512, kH200)).window_splits, 1);  // 128 -> 512
   EXPECT_EQ(portable_of(portable(32, 128, 1024, kH200)).window_splits, 1);
+  EXPECT_EQ(portable_of(portable(1, 128, 200, kH200)).window_splits, 4);  // 7 extra tiles: not 8
+  EXPECT_EQ(portable_of(portable(1, 128, 224, kH200)).window_splits, 4);  // 7 tiles
+  EXPECT_EQ(portable_of(portable(1, 128, 225, kH200)).window_splits, 8);  // 8 tiles
   EXPECT_EQ(portable_of(portable(8, 128, 96, kH200)).window_splits, 1);  // 3 extra tiles: the window's rule
   EXPECT_EQ(portable_of(portable(1, 128, 96, kH200)).window_splits, 4);
   for (int64_t tokens : {1, 8}) EXPECT_EQ(portable_of(portable(tokens, 64, 512, kA100)).window_splits, 1);
@@ -268,8 +282,8 @@ TEST(SelectKernel, LayersSplitTheirEntriesWhileTwoCtasPerSmHoldTheSplitGrid) {
       const KernelChoice choice = portable(tokens, heads, 1024, kH200);
       const int64_t heads_per_cta = 16 * choice.plan.head_groups_per_cta;
       const int64_t ctas = tokens * ((heads + heads_per_cta - 1) / heads_per_cta);
-      EXPECT_EQ(portable_of(choice).window_splits, ctas * 4 <= 2 * kH200.num_sms ? 4 : 1)
-          << tokens << " tokens, " << heads << " heads";
+      const int expected = ctas * 8 <= kH200.num_sms / 2 ? 8 : ctas * 4 <= 2 * kH200.num_sms ? 4 : 1;
+      EXPECT_EQ(portable_of(choice).window_splits, expected) << tokens << " tokens, " << heads << " heads";
     }
   }
 }
@@ -582,7 +596,8 @@ TEST(KernelRecords, IdsFamiliesAndKernelNamesAreUniqueAndStable) {
   }
   std::set<std::string> names;
   for (const auto& [name, owner] : name_owner) names.insert(name);
-  std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4"};
+  std::set<std::string> stable = {"portable_mma_g1", "portable_mma_g2", "portable_mma_g1_split4",
+                                  "portable_mma_g1_split8"};
   if (sm90_kernel_built()) {
     stable.insert({"sm90_wgmma", "sm90_wgmma_layer", "sm90_wgmma_layer_split4", "few_heads_n8", "few_heads_n16"});
   }

@@ -11,7 +11,7 @@
 //
 // The cases run on the portable kernel only (decode_with_kernel), with the variant the dispatch
 // picks for the shape on this device (printed; on an H200 the shapes are chosen to reach g1, g2
-// and g1 split 4 ways). They skip without a GPU, and when SWA_DECODE_TEST_KERNEL names another
+// and g1 split 8 and 4 ways). They skip without a GPU, and when SWA_DECODE_TEST_KERNEL names another
 // family.
 #include <algorithm>
 #include <cmath>
@@ -255,7 +255,7 @@ SourcePlan dense(Build& build, Source source, int64_t len, int64_t hole_every = 
 }
 
 // One group per CTA (12 tokens x 1 head block; on sm_90 each token split over a 4-CTA cluster,
-// choose_window_splits, so a rank's share of the columns crosses the chunk boundaries too, the
+// choose_window_splits: 8 ways would fill 96 SMs, more than half, with 94 tiles a token, so a rank's share of the columns crosses the chunk boundaries too, the
 // unsplit kernel elsewhere and in ChunkBoundariesTwoGroups): every chunk boundary of a 3000-entry
 // extra source, lengths -1 / 0 / 1 / 1023 / 1024 / 1025 / past the limit, holes and ids past the
 // extra pool, a later chunk with 16x the scales, q NaN in one head.
@@ -321,10 +321,10 @@ TEST_F(PortableExtraGpu, ChunkBoundariesTwoGroups) {
   }
 }
 
-// One token of 128 heads: 8 one-group CTAs, which an H200 splits 4 ways. Each rank takes a
-// 32-column-aligned share of the extra columns: entries on the share boundaries, a rank with two
-// chunks, ranks without any entry, and ranks whose value_norms differ by 2^5 (the combine brings
-// them to the largest).
+// One token of 128 heads: 8 one-group CTAs, which an H200 splits 8 ways (4 ways behind 4 empty
+// tokens). Each rank takes a 32-column-aligned share of the extra columns: entries on the share
+// boundaries, a rank with two chunks, ranks without any entry, and ranks whose value_norms differ
+// by 2^5 (the combine brings them to the largest).
 TEST_F(PortableExtraGpu, SplitOverTheCluster) {
   struct SplitCase {
     const char* what;
@@ -332,19 +332,20 @@ TEST_F(PortableExtraGpu, SplitOverTheCluster) {
   };
   const auto any = [](Build& build, Source source) { return [&build, source](int64_t) { return build.random_slot(source); }; };
   const std::vector<SplitCase> cases = {
-      // 3000 columns: shares of 768 (24 tiles), boundaries at 768, 1536, 2304.
+      // 3000 columns: shares of 384 (12 tiles), boundaries at 384, 768, .. 2688.
       {"dense window and extra",
        [&](Build& b) { b.token(0, dense(b, Source::kWindow, 128), dense(b, Source::kExtra, 3000, 11)); }},
       {"entries on the share boundaries, empty window",
-       [&](Build& b) { b.token(0, SourcePlan{0}, sparse(3000, {0, 767, 768, 1535, 1536, 2303, 2304, 2999}, any(b, Source::kExtra))); }},
-      // 40 columns: ranks 0 and 1 get [0, 32) and [32, 40), ranks 2 and 3 nothing.
+       [&](Build& b) { b.token(0, SourcePlan{0}, sparse(3000, {0, 383, 384, 767, 768, 1535, 1536, 2303, 2304, 2687, 2688, 2999}, any(b, Source::kExtra))); }},
+      // 40 columns: ranks 0 and 1 get [0, 32) and [32, 40), ranks 2 to 7 nothing.
       {"two ranks without entries",
        [&](Build& b) { b.token(0, SourcePlan{0}, dense(b, Source::kExtra, 40)); }},
-      // 5000 columns: shares of 1280, two chunks each (1024 + 256).
+      // 10240 columns: shares of 1280, two chunks each (1024 + 256).
       {"two chunks a rank",
        [&](Build& b) { b.token(0, sparse(128, {0, 100}, any(b, Source::kWindow)),
-                               sparse(5000, {0, 1023, 1024, 1279, 1280, 2303, 2304, 2559, 2560, 4999}, any(b, Source::kExtra))); }},
-      // Rank 3's columns (2304..) name slots with 32x the scale of the others'.
+                               sparse(10240, {0, 1023, 1024, 1279, 1280, 2303, 2304, 2559, 2560, 8959, 8960, 10239},
+                                      any(b, Source::kExtra))); }},
+      // Ranks 6 and 7's columns (2304..) name slots with 32x the scale of the others'.
       {"value_norm differs by rank",
        [&](Build& b) {
          b.token(0, dense(b, Source::kWindow, 128), SourcePlan{3000, [&b](int64_t c) {
@@ -355,19 +356,24 @@ TEST_F(PortableExtraGpu, SplitOverTheCluster) {
       {"window only, extra length 0", [&](Build& b) { b.token(0, dense(b, Source::kWindow, 128), SourcePlan{0}); }},
       {"nothing in either source", [&](Build& b) { b.token(0, SourcePlan{-1}, SourcePlan{0}); }},
   };
+  // Alone, the token's 8 CTAs split 8 ways; behind 4 empty tokens (40 CTAs) 4 ways, the shares
+  // then twice as wide (768 columns of 3000, 2560 of 10240: three chunks a rank).
   uint64_t seed = 1301;
-  for (const SplitCase& c : cases) {
-    SCOPED_TRACE(c.what);
-    st::ProblemShape s = shape_with_extra(1, 128, 128, 5000);
-    s.extra->lens_dtype = DType::kInt64;
-    Build build(s, seed++, [](Source source, int64_t slot) {
-      return plain_scale(slot) * (source == Source::kExtra && slot >= 1024 ? 32.0 : 1.0);
-    });
-    c.plan(build);
-    set_sinks(build.problem(), s.num_heads);
-    const std::string kernel = expect_matches_reference(build);
-    if (on_h200_class_device()) {
-      EXPECT_EQ(kernel, "portable_mma_g1_split4");
+  for (const int64_t tokens : {1, 5}) {
+    for (const SplitCase& c : cases) {
+      SCOPED_TRACE(std::string(c.what) + ", " + std::to_string(tokens) + " tokens");
+      st::ProblemShape s = shape_with_extra(tokens, 128, 128, 10240);
+      s.extra->lens_dtype = DType::kInt64;
+      Build build(s, seed++, [](Source source, int64_t slot) {
+        return plain_scale(slot) * (source == Source::kExtra && slot >= 1024 ? 32.0 : 1.0);
+      });
+      c.plan(build);
+      for (int64_t t = 1; t < tokens; ++t) build.token(t, SourcePlan{0}, SourcePlan{0});
+      set_sinks(build.problem(), s.num_heads);
+      const std::string kernel = expect_matches_reference(build);
+      if (on_h200_class_device()) {
+        EXPECT_EQ(kernel, tokens == 1 ? "portable_mma_g1_split8" : "portable_mma_g1_split4");
+      }
     }
   }
 }
@@ -375,9 +381,10 @@ TEST_F(PortableExtraGpu, SplitOverTheCluster) {
 // Both sources on the window's cache and scales, naming the same slots (duplicates count in both,
 // and within each): dense tokens, and sparse ones where a slot named three times outweighs the
 // others, so counting a duplicate once, or reading the extra ids through another cache, fails.
-// 32 heads in one-group CTAs (16 of them, split 4 ways on sm_90: choose_window_splits).
+// 80 heads in one-group CTAs (40 of them: split 4 ways on sm_90, since 8 ways would fill more than
+// half the SMs with 47 tiles a token, choose_window_splits).
 TEST_F(PortableExtraGpu, BothSourcesOnOneCache) {
-  st::ProblemShape s = shape_with_extra(8, 32, 128, 1500);
+  st::ProblemShape s = shape_with_extra(8, 80, 128, 1500);
   s.num_blocks = 30;  // the shared pool: 1856 usable slots
   s.extra->shares_window_cache = true;
   s.extra->index_dtype = DType::kInt64;

@@ -11,7 +11,8 @@
 // cores run f16 (q_f16.cuh says why and how q is scaled exactly), or bf16 where a source holds
 // kModel1 rows (see decode_portable_kernel). Keys stream in tiles of 32 with an
 // online softmax through a ring of 2-4 staging buffers. On sm_90 the smallest batches (at most 8
-// CTAs) split each window over a cluster of 4 CTAs instead (window_split_combine.cuh). With an
+// CTAs) split each window over a cluster of 4 CTAs instead, a layer's token over 4 or 8
+// (window_split_combine.cuh, portable_plan.h's choose_window_splits). With an
 // extra source (DeepSeek-V4's compressed entries) its entries follow the window's through the same
 // tiles and softmax, compacted 1024 columns at a time (portable_plan.h, kExtraChunkColumns).
 #pragma once
