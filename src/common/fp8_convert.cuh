@@ -63,10 +63,27 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
-// A UE8M0 scale code (kModel1's scales, docs/semantics.md "Row formats") as the float 2^(code - 127):
-// code 0 is 2^-127, a subnormal float; 255 is NaN (OCP).
+// A UE8M0 scale code (kModel1's scales, docs/semantics.md "Row formats") as the bits of
+// 2^(code - 127) in a bf16 (kShift 0) or the upper half of a float (kShift 16): exact for every code,
+// since bf16 has fp32's 8 exponent bits and a power of two no mantissa bit below them; code 0 is
+// 2^-127, a subnormal (bf16 and float alike); 255 is NaN (OCP). One spelling at two widths, each a
+// select among constants of its own width. Deriving the bf16 from the float by a shift (1d0439c)
+// left the sm90 layer kernel's producer group loop 5 instructions longer, and kModel1 rows ran 5-6%
+// slower on the H200 (session 25: C4A H = 128 T = 2048 1814 -> 1922 us, the only device-code change
+// in that loop between the two builds); the float from the bf16 by a shift spilled the portable
+// two-group kModel1 kernel 8 bytes (ptxas, CUDA 13.0).
+template <int kShift>
+__device__ __forceinline__ uint32_t ue8m0_bits(uint32_t code) {
+  static_assert(kShift == 0 || kShift == 16, "a bf16 or a float");
+  return code == 0 ? 0x0040u << kShift : code == 0xFF ? 0x7FC0u << kShift : code << (7 + kShift);
+}
+
 __device__ __forceinline__ float ue8m0_to_float(uint32_t code) {
-  return code == 0 ? 0x1.0p-127f : code == 0xFF ? __uint_as_float(0x7FFFFFFFu) : __uint_as_float(code << 23);
+  // A select among floats: the same select among their bits spilled the portable two-group kModel1
+  // kernel (above).
+  return code == 0 ? __uint_as_float(ue8m0_bits<16>(0))
+         : code == 0xFF ? __uint_as_float(ue8m0_bits<16>(0xFF))
+                        : __uint_as_float(ue8m0_bits<16>(code));
 }
 
 // Four e4m3 codes packed in a u32, each times `scale` (a power of two, ue8m0_to_float) -> two
@@ -85,11 +102,9 @@ __device__ __forceinline__ void e4m3x4_to_scaled_bf16x4(uint32_t codes, float sc
   hi = pack_bf16x2(fh.x * scale, fh.y * scale);
 }
 
-// A UE8M0 scale code as the bf16 2^(code - 127), in both halves of a bf16x2: the upper half of
-// ue8m0_to_float's bits, exact for every code (code 0 is 2^-127, a bf16 subnormal; 255 stays NaN),
-// since bf16 has fp32's 8 exponent bits and a power of two no mantissa bit below them.
+// A UE8M0 scale code as the bf16 2^(code - 127) in both halves of a bf16x2.
 __device__ __forceinline__ __nv_bfloat162 ue8m0_to_bf16x2(uint32_t code) {
-  const uint32_t bits = __float_as_uint(ue8m0_to_float(code)) >> 16;
+  const uint32_t bits = ue8m0_bits<0>(code);
   const uint32_t both = bits | (bits << 16);
   return *reinterpret_cast<const __nv_bfloat162*>(&both);
 }
