@@ -232,30 +232,58 @@ __device__ __forceinline__ void issue_rope_copy(const Subtile& u, LayerSmemPlan&
 // its power of two, exactly in bf16 (its 7 scale bytes are staged piece 28). A pair's CTA converts
 // its keys and writes each chunk into its own stage and the same place of the peer's.
 // kRows staged rows from `rows` on are keys first_key .. first_key + kRows - 1 of the stage.
+// kPieces staged 16-byte pieces of a unit from first_piece on (2: the whole unit, 1: half of it),
+// both loaded before either is converted.
+template <class Pair, bool kModel1, int kRows, int kPieces>
+__device__ __forceinline__ void dequantize_unit(LayerSmemPlan& smem, uint8_t (*rows)[kHeadDim], int stage, int unit,
+                                                int first_piece, int first_key, int peer) {
+  const int key = unit % kRows;
+  const int group = unit / kRows;
+  uint32_t words[4 * kPieces];
+#pragma unroll
+  for (int piece = 0; piece < kPieces; ++piece) {
+    const uint4 codes = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group + first_piece + piece));
+    words[4 * piece] = codes.x;
+    words[4 * piece + 1] = codes.y;
+    words[4 * piece + 2] = codes.z;
+    words[4 * piece + 3] = codes.w;
+  }
+  __nv_bfloat162 scale{};
+  if constexpr (kModel1) scale = ue8m0_to_bf16x2(staged_piece(rows, key, kModel1E4m3Chunks)[group / 2]);
+  uint8_t* row = smem.kv[stage][group / 2][first_key + key];
+#pragma unroll
+  for (int k = 0; k < 2 * kPieces; ++k) {
+    const uint4 chunk = dequantize_chunk<kModel1>(words[2 * k], words[2 * k + 1], scale);
+    const int position = ((group % 2) * 4 + 2 * first_piece + k) ^ (key & 7);
+    *reinterpret_cast<uint4*>(row + position * 16) = chunk;
+    if constexpr (Pair::kCtas == 2 && !Pair::kPeerBulkCopy) {
+      ptx::store_cluster_u32x4(ptx::cluster_address(ptx::smem_addr(row + position * 16), peer), chunk);
+    }
+  }
+}
+
 template <class Pair, bool kModel1, int kRows = Pair::kGatherKeys>
 __device__ __forceinline__ void dequantize_subtile(LayerSmemPlan& smem, uint8_t (*rows)[kHeadDim], int stage, int tid,
                                                    int first_key, int peer) {
   constexpr int kThreads = Pair::kStageWriters;
   constexpr int kGroups = (kModel1 ? kModel1E4m3Dims : kHeadDim) / 32;
+  constexpr int kUnits = kRows * kGroups;
+  // Units left after whole rounds. Where twice as many fit the writers, they go as half units (one
+  // staged 16-byte piece each), so the writer warps finish together: a kModel1 share is 224 units
+  // for 64 writers, whose last 32 as whole units left one warp 4 rounds to the other's 3 at the named
+  // barrier (ncu, session 25: +197 ns a subtile).
+  constexpr int kRest = kUnits % kThreads;
+  constexpr bool kRestAsHalves = kRest > 0 && 2 * kRest <= kThreads;
+  constexpr int kWholeUnits = kRestAsHalves ? kUnits - kRest : kUnits;
   // One unit at a time: two in flight spill the producer at 72 registers (ptxas, CUDA 13.0).
 #pragma unroll 1
-  for (int unit = tid; unit < kRows * kGroups; unit += kThreads) {
-    const int key = unit % kRows;
-    const int group = unit / kRows;
-    const uint4 lo = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group));
-    const uint4 hi = *reinterpret_cast<const uint4*>(staged_piece(rows, key, 2 * group + 1));
-    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    __nv_bfloat162 scale{};
-    if constexpr (kModel1) scale = ue8m0_to_bf16x2(staged_piece(rows, key, kModel1E4m3Chunks)[group / 2]);
-    uint8_t* row = smem.kv[stage][group / 2][first_key + key];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint4 chunk = dequantize_chunk<kModel1>(words[2 * k], words[2 * k + 1], scale);
-      const int position = ((group % 2) * 4 + k) ^ (key & 7);
-      *reinterpret_cast<uint4*>(row + position * 16) = chunk;
-      if constexpr (Pair::kCtas == 2 && !Pair::kPeerBulkCopy) {
-        ptx::store_cluster_u32x4(ptx::cluster_address(ptx::smem_addr(row + position * 16), peer), chunk);
-      }
+  for (int unit = tid; unit < kWholeUnits; unit += kThreads) {
+    dequantize_unit<Pair, kModel1, kRows, 2>(smem, rows, stage, unit, 0, first_key, peer);
+  }
+  if constexpr (kRestAsHalves) {
+    if (tid < 2 * kRest) {
+      dequantize_unit<Pair, kModel1, kRows, 1>(smem, rows, stage, kWholeUnits + tid % kRest, tid / kRest, first_key,
+                                               peer);
     }
   }
 }
