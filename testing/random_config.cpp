@@ -627,13 +627,14 @@ void print_result(const RandomRunResult& r, const RunPlan& plan) {
 
 std::vector<CoverageMinimum> gpu_coverage_minimums() {
   // The default draw on a simulated H200 (tests/cpu/test_random_configs_cpu.cpp prints it), of
-  // 1000: 773 without an extra source, on which free runs 753 (573 g1, 90 g1_split4, 34 g2, 56
-  // sm90), portable 753 (575 g1, 90 g1_split4, 88 g2), sm90 455; and 227 with one, of which 215
-  // are kernel-aligned and 127 sm90-shaped. Every variant must run; the family totals stay near
-  // all they can run; each family must run about half of the extra sources it can. Since issue 12,
-  // 207 of the 1000 have kModel1 sources (205 kernel-aligned, 156 sm90-shaped; the others are as
-  // they were): each family must run about half of those it can, once it reads kModel1 rows (the
-  // CPU test judges a family that does not yet on the other configurations).
+  // 1000 (at 4b2355b): 223 with an extra source, 207 with kModel1 sources. free runs 969 (212 with
+  // an extra source, 205 kModel1): 377 g1, 148 g1_split4, 30 g1_split8, 27 g2, 177 few_heads_n16,
+  // 138 n8, 57 sm90_wgmma, 12 sm90_wgmma_layer, 3 layer_split2. portable runs 969: 672 g1, 161
+  // g1_split4, 30 g1_split8, 105 g2, 1 g2_split4. sm90 runs 614 (126 with an extra source, 155
+  // kModel1): 488 sm90_wgmma, 75 layer, 24 / 10 / 17 layer_split2 / 4 / 8. few_heads runs 361 (223
+  // n16, 138 n8; it reads the sources of 612). Every variant must run; the family totals stay near
+  // all they can run; each family must run about half of the extra sources and kModel1 sources it
+  // can (the CPU test judges a family that reads neither yet on the other configurations).
   return {
       {"free", "", 0.85},
       {"free", "portable_mma_g1", 0.35},
@@ -653,12 +654,7 @@ std::vector<CoverageMinimum> gpu_coverage_minimums() {
       {"sm90", "", 0.30},
       {"sm90", "", 0.06, /*with_extra=*/true},
       {"sm90", "", 0.07, /*with_extra=*/false, /*with_model1=*/true},
-      // The few-heads kernel (a seed-format window alone, W <= 128, 16-byte rows; since issue 13)
-      // ran 356 of the 1000 (225 n16, 131 n8; it reads the sources of 613); the free choice takes
-      // it for 308 (177 n16, 131 n8: every H <= 16, and T < 64 above), leaving it 384 g1, 179
-      // g1_split4 and 27 g2 (the minimums above still hold). With 8-way layer splits only where the
-      // grid fills at most half the SMs, or with heavy extra sources (session 25): free 148
-      // g1_split4 and 30 g1_split8, portable 161 and 30.
+      // The few-heads kernel: a seed-format window alone, W <= 128, 16-byte rows (since issue 13).
       {"free", "few_heads_n16", 0.10},
       {"free", "few_heads_n8", 0.10},
       {"few_heads", "", 0.30},

@@ -64,14 +64,10 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
 }
 
 // A UE8M0 scale code (kModel1's scales, docs/semantics.md "Row formats") as the bits of
-// 2^(code - 127) in a bf16 (kShift 0) or the upper half of a float (kShift 16): exact for every code,
-// since bf16 has fp32's 8 exponent bits and a power of two no mantissa bit below them; code 0 is
-// 2^-127, a subnormal (bf16 and float alike); 255 is NaN (OCP). One spelling at two widths, each a
-// select among constants of its own width. Deriving the bf16 from the float by a shift (1d0439c)
-// left the sm90 layer kernel's producer group loop 5 instructions longer, and kModel1 rows ran 5-6%
-// slower on the H200 (session 25: C4A H = 128 T = 2048 1814 -> 1922 us, the only device-code change
-// in that loop between the two builds); the float from the bf16 by a shift spilled the portable
-// two-group kModel1 kernel 8 bytes (ptxas, CUDA 13.0).
+// 2^(code - 127) in a bf16 (kShift 0) or a float (kShift 16, its low 16 bits zero): exact for every
+// code, since bf16 has fp32's 8 exponent bits; code 0 is 2^-127, a subnormal at both widths; 255 is
+// NaN (OCP). One select a width: the bf16 from the float by a shift cost the sm90 layer producer's
+// group loop 5 instructions (~6% on kModel1 rows, perf-notes "Session 25").
 template <int kShift>
 __device__ __forceinline__ uint32_t ue8m0_bits(uint32_t code) {
   static_assert(kShift == 0 || kShift == 16, "a bf16 or a float");
@@ -79,8 +75,8 @@ __device__ __forceinline__ uint32_t ue8m0_bits(uint32_t code) {
 }
 
 __device__ __forceinline__ float ue8m0_to_float(uint32_t code) {
-  // A select among floats: the same select among their bits spilled the portable two-group kModel1
-  // kernel (above).
+  // A select among floats: a select among their bits (ue8m0_bits<16> alone), or the float from the
+  // bf16 by a shift, spills the portable g2_extra_model1_both kernel 8 B (ptxas, CUDA 13.0).
   return code == 0 ? __uint_as_float(ue8m0_bits<16>(0))
          : code == 0xFF ? __uint_as_float(ue8m0_bits<16>(0xFF))
                         : __uint_as_float(ue8m0_bits<16>(code));

@@ -253,17 +253,23 @@ TEST(SelectKernel, SmallBatchesSplitTheWindowOnHopperOnly) {
 // split grid fits two CTAs per SM (portable_plan.h, choose_window_splits; 264 on the H200's 132
 // SMs); with at least 8 tiles 8 ways where that grid fills at most half the SMs (66), or, with at
 // least kHeavyExtraTiles (128), where it fits two CTAs per SM.
-TEST(SelectKernel, LayersSplitTheirEntriesWhileTwoCtasPerSmHoldTheSplitGrid) {
+TEST(SelectKernel, LayersSplitTheirEntriesWhereTheSplitGridFits) {
   const auto portable = [](int64_t tokens, int64_t heads, int64_t entries, const DeviceInfo& device) {
     return select_kernel(with_extra(shape(tokens, heads), entries), device, KernelId::kPortableMma);
   };
   EXPECT_EQ(portable_of(portable(8, 128, 1024, kH200)).window_splits, 4);  // 64 one-group CTAs -> 256
   EXPECT_EQ(portable(8, 128, 1024, kH200).plan.name, "portable_mma_g1_split4");
   EXPECT_EQ(portable_of(portable(4, 128, 1024, kH200)).window_splits, 4);  // 32 -> 256 > 66 at 8 ways
-  EXPECT_EQ(portable_of(portable(4, 128, 8192, kH200)).window_splits, 8);  // 256 tiles: 256 <= 264
+  EXPECT_EQ(portable_of(portable(4, 128, 8192, kH200)).window_splits, 8);  // 256 tiles; 32 -> 256 <= 264
   EXPECT_EQ(portable_of(portable(4, 128, 4096, kH200)).window_splits, 8);  // 128 tiles
   EXPECT_EQ(portable_of(portable(4, 128, 4064, kH200)).window_splits, 4);  // 127 tiles
   EXPECT_EQ(portable_of(portable(5, 128, 8192, kH200)).window_splits, 4);  // 40 -> 320 > 264
+  EXPECT_EQ(portable_of(portable(33, 16, 4096, kH200)).window_splits, 8);  // 33 -> 264: the bound itself
+  EXPECT_EQ(portable_of(portable(34, 16, 4096, kH200)).window_splits, 4);  // 34 -> 272
+  // The half-SM bound on a device whose half is not a multiple of 8: 114 SMs, 57.
+  const DeviceInfo sms114 = [] { DeviceInfo d = kH200; d.num_sms = 114; return d; }();
+  EXPECT_EQ(portable_of(portable(1, 128, 1024, sms114)).window_splits, 4);  // 8 -> 64 > 57
+  EXPECT_EQ(portable_of(portable(1, 64, 1024, sms114)).window_splits, 8);   // 4 -> 32
   EXPECT_EQ(portable_of(portable(2, 64, 512, kH200)).window_splits, 8);    // 8 -> 64 <= 66
   EXPECT_EQ(portable(1, 128, 1024, kH200).plan.name, "portable_mma_g1_split8");
   EXPECT_EQ(portable_of(portable(8, 64, 512, kH200)).window_splits, 4);   // 32 -> 256 > 66 at 8 ways

@@ -255,8 +255,9 @@ SourcePlan dense(Build& build, Source source, int64_t len, int64_t hole_every = 
 }
 
 // One group per CTA (12 tokens x 1 head block; on sm_90 each token split over a 4-CTA cluster,
-// choose_window_splits: 8 ways would fill 96 SMs, more than half, with 94 tiles a token, so a rank's share of the columns crosses the chunk boundaries too, the
-// unsplit kernel elsewhere and in ChunkBoundariesTwoGroups): every chunk boundary of a 3000-entry
+// choose_window_splits: 8 ways would be 96 CTAs, more than half of 132 SMs, and 94 extra tiles are
+// under kHeavyExtraTiles; so a rank's 768-column share crosses a chunk boundary too; the unsplit
+// kernel elsewhere and in ChunkBoundariesTwoGroups): every chunk boundary of a 3000-entry
 // extra source, lengths -1 / 0 / 1 / 1023 / 1024 / 1025 / past the limit, holes and ids past the
 // extra pool, a later chunk with 16x the scales, q NaN in one head.
 TEST_F(PortableExtraGpu, ChunkBoundariesOneGroup) {
@@ -356,10 +357,12 @@ TEST_F(PortableExtraGpu, SplitOverTheCluster) {
       {"window only, extra length 0", [&](Build& b) { b.token(0, dense(b, Source::kWindow, 128), SourcePlan{0}); }},
       {"nothing in either source", [&](Build& b) { b.token(0, SourcePlan{-1}, SourcePlan{0}); }},
   };
-  // Alone, the token's 8 CTAs split 8 ways; behind 4 empty tokens (40 CTAs) 4 ways, the shares
-  // then twice as wide (768 columns of 3000, 2560 of 10240: three chunks a rank).
+  // Alone, the token's 8 CTAs split 8 ways (half the SMs or fewer); behind 3 empty tokens (32
+  // CTAs, 320 extra tiles) 8 ways too, as a heavy source, in 32 clusters of 8 (more than the 30 an
+  // H200 runs at once); behind 4 (40 CTAs) 4 ways, the shares then twice as wide (768 columns of
+  // 3000, 2560 of 10240: three chunks a rank).
   uint64_t seed = 1301;
-  for (const int64_t tokens : {1, 5}) {
+  for (const int64_t tokens : {1, 4, 5}) {
     for (const SplitCase& c : cases) {
       SCOPED_TRACE(std::string(c.what) + ", " + std::to_string(tokens) + " tokens");
       st::ProblemShape s = shape_with_extra(tokens, 128, 128, 10240);
@@ -372,7 +375,7 @@ TEST_F(PortableExtraGpu, SplitOverTheCluster) {
       set_sinks(build.problem(), s.num_heads);
       const std::string kernel = expect_matches_reference(build);
       if (on_h200_class_device()) {
-        EXPECT_EQ(kernel, tokens == 1 ? "portable_mma_g1_split8" : "portable_mma_g1_split4");
+        EXPECT_EQ(kernel, tokens == 5 ? "portable_mma_g1_split4" : "portable_mma_g1_split8");
       }
     }
   }

@@ -172,19 +172,20 @@ static_assert(keeps_seed_stages_and_two_ctas({}, true) && keeps_seed_stages_and_
 // C4A H = 128 66.9 -> 53.9 us, C4A H = 64 41.9 -> 25.3, C128A 64k H = 128 63.2 -> 39.7; 512 split
 // CTAs (T = 32) were slower: C4A H = 128 81.1 -> 97.0, H = 64 42.9 -> 52.6.
 // 8 ways, with an extra source of at least 8 tiles, where the 8-way grid fills at most half the
-// SMs, or, with at least kHeavyExtraTiles, where it still fits two CTAs per SM. Every CTA still
+// SMs, or, with at least kHeavyExtraTiles, where it is at most two CTAs per SM. Tiles here are the
+// extra source's columns (extra.max_entries, a capacity the caller passes) / 32. Every CTA still
 // compacts the whole window, then runs its share of the window's tiles and of the extra columns (at
 // C4A H = 128, T = 1 ranks 0-3 run 1 + 4 tiles of 32 keys and ranks 4-7 run 4, against 1 + 8 on each
 // of 4 ranks). Measured on the H200 (perf-notes, session 25), split 8 vs 4 ways: T = 1 (64 or 32
-// CTAs) C4A H = 128 26.4 -> 21.7 us, C4A H = 64 20.8 -> 19.1, C128A 64k 20.9 -> 19.1; 128 CTAs
+// CTAs) C4A H = 128 26.3 -> 21.7 us, C4A H = 64 20.8 -> 19.1, C128A 64k 20.9 -> 19.1; 128 CTAs
 // no gain (C4A H = 128 T = 2 26.4 vs 26.6) or a loss (C4A H = 64 T = 4 21.2 -> 23.2); 256 CTAs
-// lost at 32-36 tiles a token (C4A H = 128 T = 4 32.4 -> 42.7, H = 64 T = 8 24.8 -> 36.6: 32
-// clusters of 8 do not fit the H200 at once, cudaOccupancyMaxActiveClusters gives 30 at 113 KiB)
-// but won at 260 (C128A 1M T = 4 193 -> 123, T = 1 105 -> 61). Between 36 and 260 tiles nothing
-// was measured; 128 (4096 entries: C128A from a 512k context) is the midpoint in log scale.
+// lost at 16-32 tiles (C4A H = 128 T = 4 32.4 -> 42.7, C128A 64k T = 4 28.2 -> 36.3, H = 64 T = 8
+// 24.8 -> 36.6: 32 clusters of 8, and cudaOccupancyMaxActiveClusters gives 30 at 113 KiB) but won at
+// 512 (C128A 1M, 16384 columns: T = 4 193 -> 123). 128 is the midpoint of 32 and 512 in log scale;
+// nothing between them was measured.
 inline constexpr int kMaxWindowSplits = 8;   // the combine's capacity (one portable cluster)
 inline constexpr int kWindowAloneSplits = 4;  // a window alone: the 4 ways measured (portable v11)
-inline constexpr int64_t kHeavyExtraTiles = 128;
+inline constexpr int64_t kHeavyExtraTiles = 128;  // 4096 columns: C128A from a 512k context
 constexpr int choose_window_splits(int64_t ctas, int window_size, int64_t extra_entries, int64_t num_sms,
                                    int cc_major) {
   if (cc_major < 9) return 1;
