@@ -65,14 +65,19 @@ __device__ __forceinline__ uint4 dequantize_chunk(uint32_t codes_lo, uint32_t co
 // that row_offset lists into `block`, the tile's last 64-dim block ([key][128 B], 16-byte chunks
 // XOR-swizzled by key % 8, as the tile); keys past count are zero-filled. They need no conversion,
 // so they skip staging, and the copy may only be issued once the consumers are done with the tile.
-// One commit group, run by kCopyThreads threads numbered tid.
+// One commit group, run by kCopyThreads threads numbered tid: thread tid copies chunk tid % 8 of
+// keys tid / 8, tid / 8 + kCopyThreads / 8, ... (the pieces each thread had when they were numbered
+// key * 8 + chunk and dealt round robin). Unsigned, and the chunk fixed per thread: the signed
+// division and remainder of each piece's number cost ~31 instructions a 16-byte copy in the layer
+// kernel's dequant warps (ncu, session 25), where MODEL1 rows keep them behind the consumers.
 template <int kKeysToCopy, int kCopyThreads>
 __device__ __forceinline__ void issue_model1_rope_copy(const uint8_t* kv_cache, const uint32_t* row_offset, int count,
                                                        uint8_t (*block)[kRowBytes], int tid) {
-  for (int piece = tid; piece < kKeysToCopy * kModel1RopeChunks; piece += kCopyThreads) {
-    const int key = piece / kModel1RopeChunks;
-    const int chunk = piece % kModel1RopeChunks;
-    const bool valid = key < count;
+  static_assert(kCopyThreads % kModel1RopeChunks == 0, "every thread keeps one chunk of its keys");
+  constexpr unsigned kKeysPerPass = kCopyThreads / kModel1RopeChunks;
+  const unsigned chunk = static_cast<unsigned>(tid) % kModel1RopeChunks;
+  for (unsigned key = static_cast<unsigned>(tid) / kModel1RopeChunks; key < kKeysToCopy; key += kKeysPerPass) {
+    const bool valid = static_cast<int>(key) < count;
     const uint8_t* src = valid ? row_address(kv_cache, row_offset[key]) + kModel1E4m3Dims + chunk * 16 : kv_cache;
     ptx::cp_async_16(ptx::smem_addr(&block[key][(chunk ^ (key & 7)) * 16]), src, valid ? 16u : 0u);
   }
