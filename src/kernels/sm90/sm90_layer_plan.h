@@ -70,7 +70,9 @@ struct LayerPair {
   static constexpr bool kPeerBulkCopy = kCtas == 2 && kSplitGather;
   // A stage is full once both CTAs' writers wrote their keys (the peer's by its arrivals or, with
   // kPeerBulkCopy, by its copies' bytes), and free once both CTAs' consumers are done with it.
-  static constexpr uint32_t kKvFullArrivals = kPeerBulkCopy ? kStageWriters : kCtas * kStageWriters;
+  // The split gather's issuer arrives too, after a kModel1 stage's RoPE values (run_issuer_warp).
+  static constexpr uint32_t kKvFullArrivals =
+      kSplitGather ? kStageWriters + kIssuerThreads : kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
   static_assert(kGatherKeys % kShareRows == 0, "whole shares a subtile");
   static_assert(kSplitGather || kGatherKeys <= kExchangeFirstRow,
@@ -164,14 +166,15 @@ struct TileRecord {
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
 //   q_empty[c]    kWarpgroupThreads: consumer 0's, each after the item's last wgmma that read chunk c
 //   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
-//                 share of stage s (with kPeerBulkCopy: this CTA's writers, the first with
-//                 expect_tx for the bytes the peer's copies bring)
+//                 share of stage s (with the split gather: this CTA's writers and its issuer, in
+//                 a pair the first writer with expect_tx for the bytes the peer's copies bring)
 //   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
 //                 stage s (its last wgmma that reads it)
 //   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written
 //   meta_empty[b] kConsumerThreads + kGatherThreads: the consumers read the scales, the gather warps
-//                 the row offsets (and everyone the record); in a pair both the issuer and the
-//                 dequantizing warps (the RoPE copy) read the row offsets
+//                 the row offsets (and everyone the record); with the split gather the issuer
+//                 reads the row offsets (its shares and the RoPE copy), the dequantizing warps
+//                 the record
 //   staged_full[b], staged_empty[b]: a pair's share b (LayerPair's comment, kShareRows)
 struct LayerSmemSync {
   TileRecord record[2];

@@ -515,6 +515,7 @@ __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmem
   const int first_key = slab_of_cta<Pair>(rank) * Pair::kGatherKeys;
   GatherCursor at;
   PipeState<kStagingShares> share;
+  PipeState<kKvStages> kv;
   if (!start_gather(smem, sync, at)) return;
   for (;;) {
     const Subtile u = subtile_at(p, smem, sync, at);
@@ -530,6 +531,19 @@ __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmem
       ptx::cp_async_mbarrier_arrive(&sync.staged_full[share.index]);
       share.advance();
     }
+    // Then the stage's kv_full arrival, once the stage is free: for a kModel1 subtile after its
+    // RoPE values (all 64 keys, into this CTA's stage) landed and were fenced for the consumers'
+    // wgmmas. The issuer was idle 58% of the time while the dequantizing warps, which copied them
+    // before, paced kModel1 subtiles (ncu, session 25). The wait never holds the next share back:
+    // that share's buffer comes back only after the dequantizing warps' own wait for this stage.
+    wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);
+    if (u.src->is_model1) {
+      issue_rope_copy<Pair::kIssuerThreads>(u, smem, kv.index, lane);
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async_shared();
+    }
+    ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
+    kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
@@ -537,10 +551,10 @@ __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmem
   }
 }
 
-// Warps 1-2: per subtile, the stage is free (kModel1: the RoPE values of all 64 keys go into this
-// CTA's stage by cp.async), then for each of its shares: the share has landed, its keys go into
-// the stage (in a pair both CTAs' stages), the share goes back to the issuer; the stage is
-// published to the consumers (in a pair both CTAs').
+// Warps 1-2: per subtile, the stage is free, then for each of its shares: the share has landed,
+// its keys go into the stage (in a pair both CTAs' stages), the share goes back to the issuer; the
+// stage is published to the consumers (in a pair both CTAs'; a kModel1 stage's RoPE block is the
+// issuer's, run_issuer_warp).
 template <class Pair>
 __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                   int rank) {
@@ -555,7 +569,6 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
     const bool model1 = u.src->is_model1 != 0;
     uint32_t peer_bytes = 0;  // kPeerBulkCopy: what this CTA copies into the peer's stage
     wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
-    if (model1) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
 #pragma unroll 1
     for (int part = 0; part < Pair::kSharesPerSubtile; ++part) {
       ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
@@ -572,7 +585,6 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
         peer_bytes += copy_share_to_peer<Pair>(smem, sync, kv.index, share_key, model1, tid, rank ^ 1);
       }
     }
-    if (model1) ptx::cp_async_wait<0>();  // the RoPE values
     fence_stage_writes<Pair>();
     if constexpr (Pair::kPeerBulkCopy) {
       // This CTA's writers arrive; the first also expects the bytes the peer's copies bring, the
