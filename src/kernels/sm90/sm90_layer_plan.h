@@ -61,7 +61,8 @@ struct LayerPair {
   static constexpr bool kSplitGather = kSplitGatherWarps;   // an issuer warp and dequantizing warps
   static constexpr int kIssuerThreads = 32;
   static constexpr int kSharesPerSubtile = kGatherKeys / kShareRows;  // split gather: 2 in a pair, 4 alone
-  // The threads that write K/V stages: the dequantizing warps, or all three gather warps.
+  // The threads that write K/V stages from staging: the dequantizing warps, or all three gather
+  // warps (with the split gather the issuer writes a kModel1 stage's RoPE block too, kKvFullArrivals).
   static constexpr int kStageWriters = kSplitGather ? kGatherThreads - kIssuerThreads : kGatherThreads;
   // A pair's split gather hands its keys to the peer's stage by bulk copy (v14p): each CTA's
   // writers store their keys in their own stage, and one of them copies each share into the

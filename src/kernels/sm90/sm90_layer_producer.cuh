@@ -506,8 +506,9 @@ __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kH
 // as shares of 16 into the staging ring, each as soon as its buffer is free; each lane's arrive
 // on staged_full completes once its copies landed. It may wait for the next record (the
 // compaction publishes it after loading the next item's q, which waits for this item's last S):
-// only the dequantizing warps must never wait there before publishing the stage that S needs,
-// and they do not.
+// whoever publishes the stage that S needs must not wait there first. The dequantizing warps and
+// this warp both arrive on kv_full, and both do so before advance_gather; moving this warp's
+// arrival after it would deadlock at an item's end.
 template <class Pair>
 __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                 int rank) {
@@ -599,7 +600,7 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
     }
     kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
-      ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read (RoPE)
+      ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its record is read
     }
     if (!advance_gather(sync, at)) return;
   }

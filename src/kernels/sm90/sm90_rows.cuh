@@ -68,7 +68,7 @@ __device__ __forceinline__ uint4 dequantize_chunk(uint32_t codes_lo, uint32_t co
 // One commit group, run by kCopyThreads threads numbered tid: thread tid copies chunk tid % 8 of
 // keys tid / 8, tid / 8 + kCopyThreads / 8, ... (the pieces each thread had when they were numbered
 // key * 8 + chunk and dealt round robin). Unsigned, and the chunk fixed per thread: the signed
-// division and remainder of each piece's number cost ~31 instructions a 16-byte copy in the layer
+// division and remainder of each piece's number cost ~26 instructions a 16-byte copy in the layer
 // kernel's dequant warps (ncu, session 25), where MODEL1 rows keep them behind the consumers.
 template <int kKeysToCopy, int kCopyThreads>
 __device__ __forceinline__ void issue_model1_rope_copy(const uint8_t* kv_cache, const uint32_t* row_offset, int count,
