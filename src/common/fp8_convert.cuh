@@ -107,10 +107,10 @@ __device__ __forceinline__ __nv_bfloat162 ue8m0_to_bf16x2(uint32_t code) {
 
 // Four e4m3 codes packed in a u32, each times `scale` (a power of two in both halves,
 // ue8m0_to_bf16x2) -> two bf16x2 words: the exact bf16 conversion, then one packed bf16 multiply a
-// pair (against two fp32 multiplies before the pack above), with the same results. The product is exact wherever bf16 holds it
-// (a power of two only moves the exponent); past bf16's largest finite value it is +-inf, below
-// 2^-126 it is rounded to bf16's subnormals (mul.rn.bf16x2 keeps subnormals), as a bf16 out
-// holding it would be.
+// pair (against two fp32 multiplies before the pack above), with the same results. The product is
+// exact wherever bf16 holds it (a power of two only moves the exponent); past bf16's largest finite
+// value it is +-inf, below 2^-126 it is rounded to bf16's subnormals (mul.rn.bf16x2 keeps
+// subnormals), as a bf16 out holding it would be.
 __device__ __forceinline__ void e4m3x4_to_scaled_bf16x4(uint32_t codes, __nv_bfloat162 scale, uint32_t& lo,
                                                         uint32_t& hi) {
   uint32_t raw_lo, raw_hi;

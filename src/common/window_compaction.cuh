@@ -77,9 +77,18 @@ __device__ __forceinline__ int64_t slot_id_offset(const KvSourceParams& src, int
   return token * src.stride_indices_token + column;
 }
 
+// An entry's inverse scale (fp32 or bf16, src.inv_scale_is_f32) as its bits, loaded apart from
+// their widening so that a pass's scale loads all go out before any is used (load_columns).
+__device__ __forceinline__ uint32_t load_inv_scale_bits(const KvSourceParams& src, int64_t slot) {
+  return src.inv_scale_is_f32 ? static_cast<const uint32_t*>(src.inv_scale)[slot]
+                              : static_cast<const uint16_t*>(src.inv_scale)[slot];
+}
+// bf16 bits widen exactly (bf16_bits_to_float), fp32 bits are the float.
+__device__ __forceinline__ float inv_scale_of_bits(const KvSourceParams& src, uint32_t bits) {
+  return src.inv_scale_is_f32 ? __uint_as_float(bits) : bf16_bits_to_float(static_cast<uint16_t>(bits));
+}
 __device__ __forceinline__ float load_inv_scale(const KvSourceParams& src, int64_t slot) {
-  if (src.inv_scale_is_f32) return static_cast<const float*>(src.inv_scale)[slot];
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(src.inv_scale)[slot]);
+  return inv_scale_of_bits(src, load_inv_scale_bits(src, slot));
 }
 
 // A compacted row offset: bytes from src.kv_cache as int64, or 16-byte units as uint32 where rows are
@@ -187,18 +196,11 @@ __device__ __forceinline__ LoadedColumns<kColumnsPerThread> load_columns(const K
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
       scale_bits[k] = 0;
-      if (loaded.valid[k] && !src.is_model1) {
-        scale_bits[k] = src.inv_scale_is_f32 ? static_cast<const uint32_t*>(src.inv_scale)[loaded.slot[k]]
-                                             : static_cast<const uint16_t*>(src.inv_scale)[loaded.slot[k]];
-      }
+      if (loaded.valid[k] && !src.is_model1) scale_bits[k] = load_inv_scale_bits(src, loaded.slot[k]);
     }
-    // bf16 bits widen exactly (bf16_bits_to_float), fp32 bits are the float.
 #pragma unroll
     for (int k = 0; k < kColumnsPerThread; ++k) {
-      loaded.scale[k] = !loaded.valid[k]    ? 0.0f
-                        : src.is_model1       ? 1.0f
-                        : src.inv_scale_is_f32 ? __uint_as_float(scale_bits[k])
-                                               : bf16_bits_to_float(static_cast<uint16_t>(scale_bits[k]));
+      loaded.scale[k] = !loaded.valid[k] ? 0.0f : src.is_model1 ? 1.0f : inv_scale_of_bits(src, scale_bits[k]);
     }
   }
   return loaded;
