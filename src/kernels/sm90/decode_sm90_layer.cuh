@@ -12,8 +12,8 @@
 //    (TileRecord), and loads the item's q by TMA (64 KiB, resident for all its tiles); warps 0-2
 //    gather each tile's rows 64 keys (a subtile) at a time into staging and dequantize them into
 //    one stage of the two-stage bf16 K/V ring, either row format (seed e4m3 or kModel1): warp 0
-//    issues the copies into a two-share staging ring and a kModel1 stage's RoPE values, warps 1-2
-//    dequantize (LayerPair). In a pair
+//    issues the copies into a two-share staging ring (and in a pair a kModel1 stage's RoPE
+//    values), warps 1-2 dequantize (LayerPair). In a pair
 //    each CTA gathers 32 of a subtile's keys and writes them into its stage and, by bulk copy
 //    (v4's gather warps: by remote stores), the peer's;
 //  * two consumers (WG 1, 2) hold the same 64 heads and own one 256-dim half of O each, whose
@@ -28,9 +28,9 @@
 //  * kv_full / kv_empty [stage]: the K/V ring, one use per subtile (PipeState<kKvStages>, advanced
 //    by the gather warps and the consumers per subtile of every record with entries); both
 //    consumers arrive on kv_empty after their PV. In a pair the gather warps of either CTA fill
-//    half of each CTA's stage: kv_full counts this CTA's writers, its issuer (a kModel1 stage's RoPE
-//    block) and the bytes of the peer's copies (or, for v4's gather warps, both CTAs' writers), kv_empty both CTAs' consumers, so a stage is
-//    free once both are done with it; neither CTA exits before the other (a cluster barrier).
+//    half of each CTA's stage: kv_full counts this CTA's writers, its issuer (a kModel1 stage's
+//    RoPE block) and the bytes of the peer's copies (or, for v4's gather warps, both CTAs'
+//    writers), kv_empty both CTAs' consumers, so a stage is free once both are done with it; neither CTA exits before the other (a cluster barrier).
 //  * q_full / q_empty [chunk]: one use per item that has index columns (PipeState<1>, advanced by
 //    the compaction warp when it loads q and by the consumers after the item); the consumers hand
 //    chunk c back during the last subtile's S, or after waiting for it when no tile had an entry.

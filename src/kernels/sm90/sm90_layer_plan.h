@@ -62,18 +62,24 @@ struct LayerPair {
   static constexpr int kIssuerThreads = 32;
   static constexpr int kSharesPerSubtile = kGatherKeys / kShareRows;  // split gather: 2 in a pair, 4 alone
   // The threads that write K/V stages from staging: the dequantizing warps, or all three gather
-  // warps (with the split gather the issuer writes a kModel1 stage's RoPE block too, kKvFullArrivals).
+  // warps (with kIssuerCopiesRope the issuer writes a kModel1 stage's RoPE block too).
   static constexpr int kStageWriters = kSplitGather ? kGatherThreads - kIssuerThreads : kGatherThreads;
   // A pair's split gather hands its keys to the peer's stage by bulk copy (v14p): each CTA's
   // writers store their keys in their own stage, and one of them copies each share into the
   // peer's, completing on the peer's kv_full with complete_tx, which that CTA's first writer arms
   // with expect_tx. v4's gather warps (kSplitGather false) keep the stores into the peer's stage.
   static constexpr bool kPeerBulkCopy = kCtas == 2 && kSplitGather;
+  // Who copies a kModel1 stage's RoPE block (64 keys x 128 B, no conversion): in a pair the issuer,
+  // which issues 2 shares a subtile and idled 58% of the time while the dequantizing warps, busy
+  // with the copy, paced kModel1 subtiles (ncu, session 25; moving it, session 26: C4A H = 128
+  // T = 2048 1765 -> 1636 us). A lone CTA's issuer issues 4 shares a subtile; there the move cost
+  // 9% (C4A H = 64 T = 2048 647 -> 704 us), so its dequantizing warps keep the copy.
+  static constexpr bool kIssuerCopiesRope = kPeerBulkCopy;
   // A stage is full once both CTAs' writers wrote their keys (the peer's by its arrivals or, with
   // kPeerBulkCopy, by its copies' bytes), and free once both CTAs' consumers are done with it.
-  // The split gather's issuer arrives too, after a kModel1 stage's RoPE values (run_issuer_warp).
+  // With kIssuerCopiesRope the issuer arrives too, for every subtile (run_issuer_warp).
   static constexpr uint32_t kKvFullArrivals =
-      kSplitGather ? kStageWriters + kIssuerThreads : kCtas * kStageWriters;
+      kSplitGather ? kStageWriters + (kIssuerCopiesRope ? kIssuerThreads : 0) : kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
   static_assert(kGatherKeys % kShareRows == 0, "whole shares a subtile");
   static_assert(kSplitGather || kGatherKeys <= kExchangeFirstRow,
@@ -167,15 +173,16 @@ struct TileRecord {
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
 //   q_empty[c]    kWarpgroupThreads: consumer 0's, each after the item's last wgmma that read chunk c
 //   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
-//                 share of stage s (with the split gather: this CTA's writers and its issuer, in
-//                 a pair the first writer with expect_tx for the bytes the peer's copies bring)
+//                 share of stage s (with the split gather: this CTA's writers, in a pair also
+//                 its issuer (kIssuerCopiesRope) and the first writer with expect_tx for the bytes
+//                 the peer's copies bring)
 //   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
 //                 stage s (its last wgmma that reads it)
 //   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written
 //   meta_empty[b] kConsumerThreads + kGatherThreads: the consumers read the scales, the gather warps
 //                 the row offsets (and everyone the record); with the split gather the issuer
-//                 reads the row offsets (its shares and the RoPE copy), the dequantizing warps
-//                 the record
+//                 reads the row offsets (its shares, and the RoPE copy with kIssuerCopiesRope),
+//                 the dequantizing warps the record (and the row offsets for the RoPE copy alone)
 //   staged_full[b], staged_empty[b]: a pair's share b (LayerPair's comment, kShareRows)
 struct LayerSmemSync {
   TileRecord record[2];

@@ -506,8 +506,8 @@ __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kH
 // as shares of 16 into the staging ring, each as soon as its buffer is free; each lane's arrive
 // on staged_full completes once its copies landed. It may wait for the next record (the
 // compaction publishes it after loading the next item's q, which waits for this item's last S):
-// whoever publishes the stage that S needs must not wait there first. The dequantizing warps and
-// this warp both arrive on kv_full, and both do so before advance_gather; moving this warp's
+// whoever publishes the stage that S needs must not wait there first. The dequantizing warps and,
+// in a pair, this warp arrive on kv_full, and both do so before advance_gather; moving this warp's
 // arrival after it would deadlock at an item's end.
 template <class Pair>
 __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
@@ -532,19 +532,20 @@ __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmem
       ptx::cp_async_mbarrier_arrive(&sync.staged_full[share.index]);
       share.advance();
     }
-    // Then the stage's kv_full arrival, once the stage is free: for a kModel1 subtile after its
-    // RoPE values (all 64 keys, into this CTA's stage) landed and were fenced for the consumers'
-    // wgmmas. The issuer was idle 58% of the time while the dequantizing warps, which copied them
-    // before, paced kModel1 subtiles (ncu, session 25). The wait never holds the next share back:
-    // that share's buffer comes back only after the dequantizing warps' own wait for this stage.
-    wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);
-    if (u.src->is_model1) {
-      issue_rope_copy<Pair::kIssuerThreads>(u, smem, kv.index, lane);
-      ptx::cp_async_wait<0>();
-      ptx::fence_proxy_async_shared();
+    // In a pair (kIssuerCopiesRope), then the stage's kv_full arrival once the stage is free: for
+    // a kModel1 subtile after its RoPE values (all 64 keys, into this CTA's stage) landed and were
+    // fenced for the consumers' wgmmas. The wait never holds the next share back: that share's
+    // buffer comes back only after the dequantizing warps' own wait for this stage.
+    if constexpr (Pair::kIssuerCopiesRope) {
+      wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);
+      if (u.src->is_model1) {
+        issue_rope_copy<Pair::kIssuerThreads>(u, smem, kv.index, lane);
+        ptx::cp_async_wait<0>();
+        ptx::fence_proxy_async_shared();
+      }
+      ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
+      kv.advance();
     }
-    ptx::mbarrier_arrive(&sync.kv_full[kv.index]);
-    kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
       ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its row offsets are read
     }
@@ -554,8 +555,9 @@ __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmem
 
 // Warps 1-2: per subtile, the stage is free, then for each of its shares: the share has landed,
 // its keys go into the stage (in a pair both CTAs' stages), the share goes back to the issuer; the
-// stage is published to the consumers (in a pair both CTAs'; a kModel1 stage's RoPE block is the
-// issuer's, run_issuer_warp).
+// stage is published to the consumers (in a pair both CTAs'). A kModel1 stage's RoPE block is
+// the issuer's in a pair (LayerPair::kIssuerCopiesRope), these warps' alone, by cp.async issued
+// once the stage is free and waited for before the stage is published.
 template <class Pair>
 __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                   int rank) {
@@ -570,6 +572,8 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
     const bool model1 = u.src->is_model1 != 0;
     uint32_t peer_bytes = 0;  // kPeerBulkCopy: what this CTA copies into the peer's stage
     wait_stage_free(&sync.kv_empty[kv.index], kv.phase ^ 1u);  // the stage is free
+    const bool copies_rope = model1 && !Pair::kIssuerCopiesRope;    // a lone CTA's RoPE block
+    if (copies_rope) issue_rope_copy<Pair::kStageWriters>(u, smem, kv.index, tid);
 #pragma unroll 1
     for (int part = 0; part < Pair::kSharesPerSubtile; ++part) {
       ptx::mbarrier_wait(&sync.staged_full[share.index], share.phase);
@@ -586,6 +590,7 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
         peer_bytes += copy_share_to_peer<Pair>(smem, sync, kv.index, share_key, model1, tid, rank ^ 1);
       }
     }
+    if (copies_rope) ptx::cp_async_wait<0>();  // the RoPE values
     fence_stage_writes<Pair>();
     if constexpr (Pair::kPeerBulkCopy) {
       // This CTA's writers arrive; the first also expects the bytes the peer's copies bring, the
@@ -600,7 +605,7 @@ __device__ __forceinline__ void run_dequant_warps(const DecodeParams& p, LayerSm
     }
     kv.advance();
     if (at.first_key + kSubtileKeys >= at.num_valid) {
-      ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its record is read
+      ptx::mbarrier_arrive(&sync.meta_empty[at.meta.index]);  // its record (alone: row offsets) is read
     }
     if (!advance_gather(sync, at)) return;
   }
