@@ -220,6 +220,13 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar) {
 __device__ __forceinline__ void mbarrier_arrive_cluster_cta_release(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// `count` arrivals at once (sm_90's count operand): one thread standing in for others that have
+// nothing to publish in this phase.
+// "Parallel Synchronization and Communication Instructions: mbarrier.arrive".
+__device__ __forceinline__ void mbarrier_arrive_count(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
 // mbarrier_wait whose acquire also covers what other CTAs of the cluster released into the phase.
 // "Parallel Synchronization and Communication Instructions: mbarrier.test_wait / mbarrier.try_wait".
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
@@ -246,6 +253,7 @@ __device__ __forceinline__ void fence_proxy_async_cluster() { __trap(); }
 __device__ __forceinline__ void bulk_copy_shared_to_cluster(uint32_t, uint32_t, uint32_t, uint32_t) { __trap(); }
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t) { __trap(); }
 __device__ __forceinline__ void mbarrier_arrive_cluster_cta_release(uint32_t) { __trap(); }
+__device__ __forceinline__ void mbarrier_arrive_count(uint64_t*, uint32_t) { __trap(); }
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t*, uint32_t) { __trap(); }
 #endif
 

@@ -77,7 +77,8 @@ struct LayerPair {
   static constexpr bool kIssuerCopiesRope = kPeerBulkCopy;
   // A stage is full once both CTAs' writers wrote their keys (the peer's by its arrivals or, with
   // kPeerBulkCopy, by its copies' bytes), and free once both CTAs' consumers are done with it.
-  // With kIssuerCopiesRope the issuer arrives too, for every subtile (run_issuer_warp).
+  // With kIssuerCopiesRope the issuer arrives too (32 arrivals) after a kModel1 stage's RoPE
+  // values; for a seed stage the first dequantizing thread makes them (run_issuer_warp).
   static constexpr uint32_t kKvFullArrivals =
       kSplitGather ? kStageWriters + (kIssuerCopiesRope ? kIssuerThreads : 0) : kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
