@@ -30,7 +30,8 @@
 //    consumers arrive on kv_empty after their PV. In a pair the gather warps of either CTA fill
 //    half of each CTA's stage: kv_full counts this CTA's writers, its issuer (a kModel1 stage's
 //    RoPE block) and the bytes of the peer's copies (or, for v4's gather warps, both CTAs'
-//    writers), kv_empty both CTAs' consumers, so a stage is free once both are done with it; neither CTA exits before the other (a cluster barrier).
+//    writers), kv_empty both CTAs' consumers, so a stage is free once both are done with it;
+//    neither CTA exits before the other (a cluster barrier).
 //  * q_full / q_empty [chunk]: one use per item that has index columns (PipeState<1>, advanced by
 //    the compaction warp when it loads q and by the consumers after the item); the consumers hand
 //    chunk c back during the last subtile's S, or after waiting for it when no tile had an entry.

@@ -78,10 +78,15 @@ struct LayerPair {
   // A stage is full once both CTAs' writers wrote their keys (the peer's by its arrivals or, with
   // kPeerBulkCopy, by its copies' bytes), and free once both CTAs' consumers are done with it.
   // With kIssuerCopiesRope the issuer arrives too (32 arrivals) after a kModel1 stage's RoPE
-  // values; for a seed stage the first dequantizing thread makes them (run_issuer_warp).
+  // values; for a seed stage the first dequantizing thread makes them (run_dequant_warps).
   static constexpr uint32_t kKvFullArrivals =
       kSplitGather ? kStageWriters + (kIssuerCopiesRope ? kIssuerThreads : 0) : kCtas * kStageWriters;
   static constexpr uint32_t kKvEmptyArrivals = kCtas * kConsumerThreads;
+  // The issuer's parity wait on kv_empty (kIssuerCopiesRope) skips seed stages, so it needs the
+  // stage's previous use released when it waits: the staging ring keeps the issuer at most one
+  // subtile ahead of the dequantizing warps only while it holds fewer shares than 3 subtiles' worth.
+  static_assert(!kIssuerCopiesRope || kStagingShares <= 3 * kSharesPerSubtile - 1,
+                "the issuer may run ahead of kv_empty's parity");
   static_assert(kGatherKeys % kShareRows == 0, "whole shares a subtile");
   static_assert(kSplitGather || kGatherKeys <= kExchangeFirstRow,
                 "v4's gather warps stage the CTA's keys below ConsumerExchange: a pair only");
@@ -174,9 +179,10 @@ struct TileRecord {
 //   q_full[c]     1 (compaction lane 0's arrive.expect_tx) + the 8 KiB of chunk c
 //   q_empty[c]    kWarpgroupThreads: consumer 0's, each after the item's last wgmma that read chunk c
 //   kv_full[s]    LayerPair::kKvFullArrivals: each gather thread of the pair after writing its
-//                 share of stage s (with the split gather: this CTA's writers, in a pair also
-//                 its issuer (kIssuerCopiesRope) and the first writer with expect_tx for the bytes
-//                 the peer's copies bring)
+//                 share of stage s (with the split gather: this CTA's writers; in a pair also
+//                 32 for the issuer, its own after a kModel1 stage's RoPE block, the first
+//                 writer's for a seed stage (kIssuerCopiesRope), and the first writer's
+//                 expect_tx for the bytes the peer's copies bring)
 //   kv_empty[s]   LayerPair::kKvEmptyArrivals: each consumer thread of the pair after its PV on
 //                 stage s (its last wgmma that reads it)
 //   meta_full[b]  kCompactThreads: the record and the entries of buffer b are written

@@ -507,8 +507,8 @@ __device__ __forceinline__ void issue_share(const Subtile& u, uint8_t (*rows)[kH
 // on staged_full completes once its copies landed. It may wait for the next record (the
 // compaction publishes it after loading the next item's q, which waits for this item's last S):
 // whoever publishes the stage that S needs must not wait there first. The dequantizing warps and,
-// in a pair, this warp arrive on kv_full, and both do so before advance_gather; moving this warp's
-// arrival after it would deadlock at an item's end.
+// in a pair for a kModel1 subtile, this warp arrive on kv_full, and both do so before
+// advance_gather; moving this warp's arrival after it would deadlock at an item's end.
 template <class Pair>
 __device__ __forceinline__ void run_issuer_warp(const DecodeParams& p, LayerSmemPlan& smem, LayerSmemSync& sync,
                                                 int rank) {
