@@ -10,13 +10,14 @@ Writes, from the window-only rows (the files given, else the newest vN_hH.json s
   --markdown   (docs/results.md)  every row, and per H and T each family next to the floor and peers
   --readme     (README.md)        the short tables between the bench-table, layer-table and
                                   format-table markers, where they are there
-and from the layer rows (--layers, default the newest vN_c4a*_hH.json / vN_c128a*_hH.json set, each
-file one layer at one H; `swa-decode bench --layer c4a|c128a`):
+and from the layer rows (--layers, default the newest vN_c4a*_hH.json / vN_c128a*_hH.json of each
+layer, label and H among the last two versions, newest_per_shape; each file one layer at one H;
+`swa-decode bench --layer c4a|c128a`):
   --layers-svg (docs/bench_layers.svg)  time against T per layer, each family, its floor and the peers
   the layer section of --markdown and the README's layer table
-and from the layer files of both cache formats (--formats, default the newest version with a
-vN_model1_LAYER[_LABEL]_hH.json file: its seed and MODEL1 files, paired by layer, label and H;
-`swa-decode bench --layer swa|c4a|c128a --format seed|model1`):
+and from the layer files of both cache formats (--formats, default the newest seed and MODEL1 file
+of each layer, label and H among the last two versions, where one is vN_model1_LAYER[_LABEL]_hH.json,
+paired by layer, label and H; `swa-decode bench --layer swa|c4a|c128a --format seed|model1`):
   the format section of --markdown and the README's format table: each format's pick against its
   own floor at the same layer, H and T, and MODEL1's ratio over seed's
 and, in --markdown and the README, the eager host time per call (--eager, python/bench_eager.py).
@@ -135,6 +136,29 @@ def newest_version(results: str, pattern: str, name, keep=lambda match: True) ->
     return sorted(by_version[max(by_version)]) if by_version else []
 
 
+# A sweep may re-measure only the layer files a change could move (session 26 re-ran the layer
+# kernel's files, not the window kernel's or C128A 1M): a layer table takes, for each format, layer,
+# label and H, the file of the newest of the last SWEEPS_TO_MERGE versions that has one. Older
+# shapes do not come back (v16's MODEL1 C128A 1M).
+SWEEPS_TO_MERGE = 2
+
+
+def newest_per_shape(results: str, pattern: str, keep=lambda match: True) -> list:
+    """The layer files in `results` matching glob `pattern` and `keep` (of LAYER_NAME's match):
+    for each format, layer, label and H, that of the highest version among the SWEEPS_TO_MERGE
+    highest, or [] where none match."""
+    matches = [(LAYER_NAME.match(os.path.basename(p)), p) for p in glob.glob(os.path.join(results, pattern))]
+    matches = [(m, p) for m, p in matches if m and keep(m)]
+    recent = sorted({int(m.group(1)) for m, _ in matches})[-SWEEPS_TO_MERGE:]
+    by_shape = {}
+    for m, path in matches:
+        version = int(m.group(1))
+        shape = m.groups()[1:]
+        if version in recent and version > by_shape.get(shape, (-1, ""))[0]:
+            by_shape[shape] = (version, path)
+    return sorted(path for _, path in by_shape.values())
+
+
 def newest_bench_files(results: str) -> list:
     paths = newest_version(results, "v*_h*.json", BENCH_NAME)
     if not paths:
@@ -143,19 +167,19 @@ def newest_bench_files(results: str) -> list:
 
 
 def newest_layer_files(results: str) -> list:
-    """The newest version's seed layer files (vN_c4a_hH.json, vN_c128a_LABEL_hH.json), if any."""
-    return newest_version(results, "v*_c*_h*.json", LAYER_NAME,
-                          lambda m: m.group(2) is None and m.group(3) in SEED_SECTION_LAYERS)
+    """The newest seed layer files (vN_c4a_hH.json, vN_c128a_LABEL_hH.json), if any
+    (newest_per_shape)."""
+    return newest_per_shape(results, "v*_c*_h*.json",
+                            lambda m: m.group(2) is None and m.group(3) in SEED_SECTION_LAYERS)
 
 
 def newest_format_files(results: str) -> list:
-    """The layer files, seed and MODEL1, of the newest version with a MODEL1 one
-    (vN_model1_LAYER[_LABEL]_hH.json beside vN_LAYER[_LABEL]_hH.json), if any."""
-    model1 = newest_version(results, "v*_model1_*_h*.json", LAYER_NAME, lambda m: m.group(2) == "model1")
-    if not model1:
+    """The newest layer files, seed and MODEL1 (vN_model1_LAYER[_LABEL]_hH.json beside
+    vN_LAYER[_LABEL]_hH.json; newest_per_shape), if any MODEL1 one is among them."""
+    paths = newest_per_shape(results, "v*_*_h*.json")
+    if not any(LAYER_NAME.match(os.path.basename(p)).group(2) == "model1" for p in paths):
         return []
-    version = LAYER_NAME.match(os.path.basename(model1[0])).group(1)
-    return newest_version(results, f"v{version}_*_h*.json", LAYER_NAME)
+    return paths
 
 
 KERNEL_FAMILIES = ("few_heads", "portable", "sm90")  # the records' families (src/dispatch/*_record.cpp)

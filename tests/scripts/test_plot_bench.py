@@ -106,6 +106,24 @@ class PlotBenchFormats(unittest.TestCase):
                       "440.00 (memory) | 2.00x | 1.00 | ", block)
         self.assertTrue(readme.endswith(plot_bench.README_FORMAT_END + "\n\nafter\n"))
 
+    def test_a_partial_sweep_takes_the_previous_sweeps_other_files(self):
+        # v3 re-measures C4A in both formats, not the window; v1's MODEL1 C128A (two sweeps back)
+        # stays out.
+        self.write_c4a_pair()
+        self.write("v1_model1_c128a_1m_h64.json", [layer_row("c128a", "model1", 64, 128, 500.0, 50.0)])
+        self.write("v3_c4a_h64.json", [layer_row("c4a", "seed", 64, 128, 90.0, 20.0)])
+        self.write("v3_model1_c4a_h64.json", [layer_row("c4a", "model1", 64, 128, 99.0, 22.0)])
+        names = [os.path.basename(p) for p in plot_bench.newest_format_files(self.dir)]
+        self.assertEqual(names, ["v2_model1_swa_h64.json", "v2_swa_h64.json", "v3_c4a_h64.json",
+                                 "v3_model1_c4a_h64.json"])
+        self.assertEqual([os.path.basename(p) for p in plot_bench.newest_layer_files(self.dir)],
+                         ["v3_c4a_h64.json"])
+        section = self.run_script()[0]
+        section = section[section.index("## Cache formats"):]
+        self.assertIn("| C4A | 64 | 128 | `sm90_wgmma_layer` | 90.0 | 20.00 (memory) | 4.50x | 99.0 | ", section)
+        self.assertIn("| SWA | 64 | 128 | `sm90_wgmma_layer` | 25.0 | ", section)
+        self.assertNotIn("C128A", section)
+
     def test_seed_tables_take_no_model1_row(self):
         self.write_c4a_pair()
         markdown, readme = self.run_script()
