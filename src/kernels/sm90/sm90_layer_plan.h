@@ -115,7 +115,7 @@ struct LayerSmemPlan {
   // XOR-swizzled by key % 8 (canonical SW128: K-major for S, MN-major for PV, as SmemPlan::kv).
   alignas(1024) uint8_t kv[kKvStages][kQChunks][kSubtileKeys][kRowBytes];
   // The item's q: 64 heads x 512 dims in kQChunks TMA boxes of 64 dims x 64 heads, 128-byte swizzle.
-  // Both consumers read every chunk for every subtile's S.
+  // Consumer 0 reads every chunk for every subtile's S (consumer 1 only multiplies P V, since v8).
   alignas(1024) uint8_t q[kQChunks][kSlabHeads][kRowBytes];
   // e4m3 rows of the subtile being gathered (512 B each), 16-byte chunks XOR-swizzled by key % 8.
   alignas(128) uint8_t staging[kSubtileKeys][kHeadDim];
