@@ -221,7 +221,7 @@ static_assert(every_layout_fits<LayerSmemPlan, LayerSmemSync>(), "smem_layout_of
 // 504. Consumer 0 holds S, P and O and writes P out (ptxas, CUDA 13.0, spilled it 32 B at the
 // 216 both consumers had when both computed S, v2-v7); consumer 1 holds O for its PV alone; the
 // producer warpgroup fits 72 with its kModel1 path only at the unroll counts
-// sm90_layer_producer.cuh uses.
+// sm90_layer_gather.cuh uses.
 inline constexpr uint32_t kLayerProducerRegisters = 72;
 inline constexpr uint32_t kScorerRegisters = 232;
 inline constexpr uint32_t kValueRegisters = 200;

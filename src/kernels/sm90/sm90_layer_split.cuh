@@ -11,7 +11,7 @@
 #include "src/common/split_partials.cuh"
 #include "src/kernels/sm90/sm90_consumer.cuh"
 #include "src/kernels/sm90/sm90_layer_plan.h"
-#include "src/kernels/sm90/sm90_layer_producer.cuh"
+#include "src/kernels/sm90/sm90_layer_pair.cuh"
 #include "src/kernels/sm90/sm90_layer_schedule.cuh"
 #include "src/kernels/sm90/sm90_plan.h"
 

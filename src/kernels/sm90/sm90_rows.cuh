@@ -1,5 +1,5 @@
 // Where a source's cache rows lie and the copies of them that both Hopper kernels' producers make
-// (the window kernel, sm90_producer.cuh; the layer kernel, sm90_layer_producer.cuh): row offsets
+// (the window kernel, sm90_producer.cuh; the layer kernel, sm90_layer_gather.cuh): row offsets
 // as 32-bit counts of 16 bytes, and kModel1's pieces (docs/semantics.md, "Row formats": 448 e4m3
 // bytes, then 64 bf16 RoPE values; 7 UE8M0 scale bytes in the block's footer).
 #pragma once
