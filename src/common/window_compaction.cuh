@@ -41,13 +41,12 @@ __device__ __forceinline__ int64_t length_of(const KvSourceParams& src, const Is
   return src.lens == nullptr || src.lens_is_i64 ? length.wide : static_cast<int64_t>(length.narrow);
 }
 
-__device__ __forceinline__ int64_t load_token_length(const KvSourceParams& src, int token) {
-  return length_of(src, issue_token_length(src, token));
+// The index columns of a token in `src` that may hold entries: its length cut to the source's limit.
+__device__ __forceinline__ int columns_of(const KvSourceParams& src, const IssuedLength& length) {
+  return columns_in_window(length_of(src, length), src.max_entries);
 }
-
-// The index columns of `token` in `src` that may hold entries: its length cut to the source's limit.
 __device__ __forceinline__ int token_columns(const KvSourceParams& src, int token) {
-  return columns_in_window(load_token_length(src, token), src.max_entries);
+  return columns_of(src, issue_token_length(src, token));
 }
 
 // Both sources' index columns of `token` (extra: 0 without one), both lengths issued before either
@@ -65,8 +64,7 @@ __device__ __forceinline__ IssuedLengths issue_token_lengths(const DecodeParams&
           p.extra.kv_cache != nullptr ? issue_token_length(p.extra, token) : IssuedLength{0, 0}};
 }
 __device__ __forceinline__ TokenColumns columns_of(const DecodeParams& p, const IssuedLengths& lengths) {
-  return {columns_in_window(length_of(p.window, lengths.window), p.window.max_entries),
-          p.extra.kv_cache != nullptr ? columns_in_window(length_of(p.extra, lengths.extra), p.extra.max_entries) : 0};
+  return {columns_of(p.window, lengths.window), p.extra.kv_cache != nullptr ? columns_of(p.extra, lengths.extra) : 0};
 }
 __device__ __forceinline__ TokenColumns token_columns_of_both(const DecodeParams& p, int token) {
   return columns_of(p, issue_token_lengths(p, token));
