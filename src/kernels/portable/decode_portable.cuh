@@ -416,10 +416,9 @@ __global__ void __launch_bounds__(kHeadGroups * kWarpsPerGroup * 32, kPortableMi
       __syncthreads();
       park_accumulators<kThreads>(o_acc, &smem.kv[0][0], staging);
       // Ids loaded per column at two groups (load_columns, kHoistIdType: the hoisted form spills).
-      num_listed = compact_columns<kThreads, kExtraChunkColumns, (kHeadGroups == 1)>(p.extra, walk.token, chunk_begin, chunk_end,
-                                                                 static_cast<int>(threadIdx.x), [] { __syncthreads(); },
-                                                                 listed_entries<kExtraModel1>(s_row_offset), s_inv_scale,
-                                                                 smem.warp_counts, extra_bias);
+      num_listed = compact_columns<kThreads, kExtraChunkColumns, (kHeadGroups == 1)>(
+          p.extra, walk.token, chunk_begin, chunk_end, static_cast<int>(threadIdx.x), [] { __syncthreads(); },
+          listed_entries<kExtraModel1>(s_row_offset), s_inv_scale, smem.warp_counts, extra_bias);
       unpark_accumulators<kThreads>(o_acc, &smem.kv[0][0], staging);
       // value_norm_of(max(a, b)) == value_norm_of(max(value_norm_of(a), b)): the running value_norm
       // stands for every earlier entry. Powers of two, so the rescale is exact.

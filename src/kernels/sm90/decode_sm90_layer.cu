@@ -17,8 +17,9 @@ cudaError_t launch_sm90_layer_decode(const DecodeParams& params, int persistent_
   const int most = slabs == 2 ? persistent_ctas & ~1 : persistent_ctas;
   const int ctas = items < most ? items : most;
   if (slabs == 1) return sm90::launch_layer_kernel<1, true, false>(params, q_map, ctas, 1, dependent_launch, stream);
-  return sm90::mixed_row_formats(params) ? sm90::launch_layer_kernel<2, false, false>(params, q_map, ctas, 1, dependent_launch, stream)
-                       : sm90::launch_layer_kernel<2, true, false>(params, q_map, ctas, 1, dependent_launch, stream);
+  return sm90::mixed_row_formats(params)
+             ? sm90::launch_layer_kernel<2, false, false>(params, q_map, ctas, 1, dependent_launch, stream)
+             : sm90::launch_layer_kernel<2, true, false>(params, q_map, ctas, 1, dependent_launch, stream);
 }
 
 }  // namespace swa_decode
